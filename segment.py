@@ -1,0 +1,101 @@
+"""Segments of a trajectory, and the text helpers that find tool calls in it.
+
+Masks (SPEC §1, Eq. 1 in the README). A rollout's response mask is 1 on the tokens the
+policy generated and 0 on prompt, padding and inserted tool observations. Its maximal runs
+of 1s are the assistant turns. With k runs:
+
+    k = 0   no tool segment, no summary segment
+    k = 1   summary only (a trajectory with no tool call is all summary)
+    k >= 2  the LAST run is the summary segment; all earlier runs are the tool segment
+
+so tool_mask + summary_mask == response_mask on every row. Known edge case, kept as the
+released code has it: a rollout cut off by the turn or length cap ends on a tool-call turn,
+and that last run is counted as the "summary" (its summary reward is then 0, see rewards.py).
+
+Text (SPEC §2.1, §5, §6). Policy turns call tools in the Hermes format,
+`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, with the calls of one parallel
+step as a JSON list in one block. `parse_block` turns one block into `Call`s and never
+raises: malformed text becomes a `Call` whose `error` says what is wrong, ready to be shown
+to the policy as an observation ("Error: " + error) or counted as an invalid block.
+
+    python -c "import segment, torch; print(segment.segment_masks(torch.tensor([[0,1,1,0,1]])))"
+"""
+import json
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+THINK_RE = re.compile(r"<think>.*?</think>|<thinking>.*?</thinking>", re.DOTALL)
+BLOCK_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)  # body up to the NEXT closing tag
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+def segment_masks(response_mask):
+    """Split a response mask into tool and summary masks (Eq. 1).
+
+    response_mask: (B, T) of 0/1 (any dtype). Returns tool_mask, summary_mask (B, T) in the
+    input's dtype and tool_present, summary_present (B,) bool.
+    """
+    m = response_mask.bool()                                   # (B, T)
+    prev = torch.zeros_like(m)
+    prev[:, 1:] = m[:, :-1]
+    starts = m & ~prev                                         # (B, T) first token of each run
+    pos = torch.arange(m.shape[1], device=m.device)            # (T,)
+    last = torch.where(starts, pos, -1).amax(dim=1)            # (B,) start of the last run, -1 if none
+    summary = m & (pos[None, :] >= last[:, None])              # (B, T)
+    tool = m & ~summary                                        # (B, T)
+    dtype = response_mask.dtype
+    return tool.to(dtype), summary.to(dtype), tool.any(dim=1), summary.any(dim=1)
+
+
+def strip_think(text):
+    """Drop <think>…</think> and <thinking>…</thinking> blocks (SPEC §2)."""
+    return THINK_RE.sub("", text)
+
+
+def find_blocks(text):
+    """Bodies of the `<tool_call>…</tool_call>` blocks of `text`, in order."""
+    return BLOCK_RE.findall(text)
+
+
+@dataclass
+class Call:
+    """One parsed tool call. `error` is "" when the call is well-formed."""
+    name: str = ""
+    arguments: dict = field(default_factory=dict)
+    error: str = ""
+
+
+def parse_block(body, string_args=True):
+    """Parse one block body into a list of Calls; never raises.
+
+    A body is a JSON object (one call) or a JSON list (a parallel step). Each call has a
+    non-empty string `name` and a dict `arguments` (else `parameters`, else {}). With
+    `string_args`, arguments given as a JSON string are decoded (the simulator accepts them,
+    as the released code does); without it they are an error (the format reward's rule).
+    A body that is not JSON gives one Call carrying the error.
+    """
+    try:
+        obj = json.loads(body.strip())
+    except json.JSONDecodeError as e:
+        return [Call(error=f"Invalid tool call format - {e}")]
+    if not isinstance(obj, (dict, list)):
+        return [Call(error="Invalid tool call format - expected a JSON object or list")]
+    return [_parse_call(item, string_args) for item in (obj if isinstance(obj, list) else [obj])]
+
+
+def _parse_call(item, string_args):
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
+        return Call(error='Invalid tool call format - each call needs a non-empty string "name"')
+    name = item["name"]
+    args = item.get("arguments", item.get("parameters", {}))
+    if isinstance(args, str) and string_args:
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError as e:
+            return Call(name, error=f"Invalid tool arguments format - {e}")
+    if not isinstance(args, dict):
+        return Call(name, error=f"Invalid tool arguments format - arguments must be a JSON object, "
+                                f"got {type(args).__name__}")
+    return Call(name, args)
