@@ -1,0 +1,308 @@
+"""Clients and judge (llm.py): a real local HTTP server, a tiny local model, judge parsing."""
+import argparse
+import json
+import threading
+import time
+import types
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+import llm
+from llm import HFClient, HTTPClient, LLMJudge, add_client_flags, client_from_args, parse_rating
+from simulator import Simulator
+
+torch.set_num_threads(1)
+USER = [{"role": "user", "content": "hi"}]
+
+
+# ---- a real HTTP server on 127.0.0.1 --------------------------------------------------------
+
+def chat(text):
+    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
+
+
+class Server:
+    """Serves plan(path, body, n) -> (status, payload, delay) for request n (1-based)."""
+
+    def __init__(self, plan):
+        self.plan, self.requests, self.lock = plan, [], threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                outer.serve(self, None)
+
+            def do_POST(self):
+                outer.serve(self, json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    def serve(self, handler, body):
+        with self.lock:
+            self.requests.append((handler.path, body, handler.headers.get("Authorization")))
+            n = len(self.requests)
+        status, payload, delay = self.plan(handler.path, body, n)
+        time.sleep(delay)
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        try:
+            handler.send_response(status)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+        except OSError:  # the client timed out and left
+            pass
+
+    def posts(self):
+        return [r for r in self.requests if r[0] == "/v1/chat/completions"]
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(plan):
+        servers.append(Server(plan))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.httpd.shutdown()
+        s.httpd.server_close()
+
+
+def client(server, **kw):
+    return HTTPClient(server.url, **{"model": "m", "timeout": 2.0, "backoff": 0.01, "retries": 2, **kw})
+
+
+def test_http_success_payload_and_key(serve):
+    s = serve(lambda path, body, n: (200, chat("hello"), 0))
+    assert client(s, api_key="k1").complete([USER], 0.3, 7) == ["hello"]
+    path, body, auth = s.requests[0]
+    assert path == "/v1/chat/completions" and auth == "Bearer k1"
+    assert body == {"model": "m", "messages": USER, "temperature": 0.3, "max_tokens": 7}
+    assert HTTPClient(s.url + "/v1/", model="m").complete([USER], 0, 5) == ["hello"]  # base URL with /v1 too
+
+
+def test_http_model_discovery_once(serve):
+    def plan(path, body, n):
+        return (200, {"object": "list", "data": [{"id": "served-7b"}]}, 0) if path == "/v1/models" else \
+            (200, chat(body["model"]), 0)
+    s = serve(plan)
+    c = client(s, model=None)
+    assert c.complete([USER, USER], 0, 5) == ["served-7b", "served-7b"]
+    assert c.complete([USER], 0, 5) == ["served-7b"]
+    assert [r[0] for r in s.requests].count("/v1/models") == 1
+
+
+def test_http_failed_discovery_sends_no_model_and_is_not_repeated(serve):
+    s = serve(lambda path, body, n: (404, b"", 0) if path == "/v1/models" else (200, chat(str("model" in body)), 0))
+    c = client(s, model=None)
+    assert c.complete([USER], 0, 5) == ["False"] and c.complete([USER], 0, 5) == ["False"]
+    assert [r[0] for r in s.requests].count("/v1/models") == 1
+
+
+def test_http_timeout_then_success(serve):
+    s = serve(lambda path, body, n: (200, chat("late" if n == 1 else "ok"), 1.0 if n == 1 else 0))
+    assert client(s, timeout=0.2).complete([USER], 0, 5) == ["ok"]
+    assert len(s.posts()) == 2
+
+
+def test_http_500_then_success(serve):
+    s = serve(lambda path, body, n: (500, {"error": "boom"}, 0) if n == 1 else (200, chat("ok"), 0))
+    assert client(s).complete([USER], 0, 5) == ["ok"]
+    assert len(s.posts()) == 2
+
+
+@pytest.mark.parametrize("bad", [b"not json", {"choices": []}, chat(None), {"error": "x"}])
+def test_http_malformed_body_is_retried(serve, bad):
+    s = serve(lambda path, body, n: (200, bad, 0) if n == 1 else (200, chat("ok"), 0))
+    assert client(s).complete([USER], 0, 5) == ["ok"]
+
+
+def test_http_all_fail_returns_none_and_4xx_is_not_retried(serve):
+    s = serve(lambda path, body, n: (503, b"", 0))
+    assert client(s, retries=2).complete([USER, USER], 0, 5) == [None, None]
+    assert len(s.posts()) == 6
+    s4 = serve(lambda path, body, n: (400, {"error": "bad request"}, 0))
+    assert client(s4, retries=2).complete([USER], 0, 5) == [None]
+    assert len(s4.posts()) == 1
+
+
+def test_http_connection_refused_returns_none():
+    dead = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    url = f"http://127.0.0.1:{dead.server_address[1]}"
+    dead.server_close()
+    assert HTTPClient(url, model="m", retries=1, backoff=0.01).complete([USER], 0, 5) == [None]
+
+
+def test_http_concurrent_results_keep_input_order(serve):
+    # request i sleeps (5 - i) * 0.1 s: the responses finish in reverse order
+    s = serve(lambda path, body, n: (200, chat("r" + body["messages"][0]["content"]),
+                                     (5 - int(body["messages"][0]["content"])) * 0.1))
+    batch = [[{"role": "user", "content": str(i)}] for i in range(5)]
+    start = time.time()
+    assert client(s).complete(batch, 0, 5) == ["r0", "r1", "r2", "r3", "r4"]
+    assert time.time() - start < 1.0  # concurrent: 0.5 s, not 1.5 s
+
+
+def test_simulator_through_http_keeps_call_order(serve):
+    def plan(path, body, n):
+        call = json.loads(body["messages"][0]["content"].rsplit("\n", 1)[1])
+        i = call["arguments"]["i"]
+        return 200, chat(f'<tool_response>{{"i": {i}}}</tool_response>'), (4 - i) * 0.05
+    s = serve(plan)
+    task = types.SimpleNamespace(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+                                 allowed_tools=["f"], responses=[])
+    text = "<tool_call>" + json.dumps([{"name": "f", "arguments": {"i": i}} for i in range(5)]) + "</tool_call>"
+    [(calls, obs)] = Simulator("llm", client(s)).respond([text], [task])
+    assert obs == [f'{{"i": {i}}}' for i in range(5)]
+    assert {r[1]["temperature"] for r in s.posts()} == {0.6}
+
+
+# ---- flags ----------------------------------------------------------------------------------
+
+def test_flags_and_env_fallbacks(monkeypatch):
+    for var in ("SLCA_SIM_URL", "SLCA_SIM_MODEL", "SLCA_SIM_KEY", "SLCA_JUDGE_URL", "SLCA_JUDGE_MODEL",
+                "SLCA_JUDGE_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    parser = argparse.ArgumentParser()
+    add_client_flags(parser, "sim")
+    add_client_flags(parser, "judge")
+    args = parser.parse_args(["--sim-url", "http://h:8000/v1", "--sim-model", "qwen", "--sim-key", "k"])
+    sim = client_from_args(args, "sim")
+    assert isinstance(sim, HTTPClient) and sim.base_url == "http://h:8000/v1"
+    assert (sim.model, sim.api_key) == ("qwen", "k")
+    assert client_from_args(args, "judge") is None
+    monkeypatch.setenv("SLCA_JUDGE_URL", "http://j:9000")
+    monkeypatch.setenv("OPENAI_API_KEY", "openai-key")
+    judge = client_from_args(args, "judge")
+    assert judge.base_url == "http://j:9000/v1" and judge.model is None and judge.api_key == "openai-key"
+    monkeypatch.setenv("SLCA_JUDGE_KEY", "slca-key")
+    assert client_from_args(args, "judge").api_key == "slca-key"
+
+
+# ---- a tiny local model ---------------------------------------------------------------------
+
+TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A byte-level tokenizer (256 bytes + 3 specials) and a 1-layer Qwen2, built locally."""
+    tk = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(bytes_to_unicode().values())}, merges=[]))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                  chat_template=TEMPLATE)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      initializer_range=0.5)  # large weights: distinct logits, stable greedy argmax
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(cfg).eval(), tok
+
+
+def test_hf_client_batch_in_one_string_per_item_out(tiny):
+    model, tok = tiny
+    c = HFClient((model, tok), device="cpu")
+    batch = [USER, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "a longer question"}]]
+    out = c.complete(batch, 0, 12)
+    assert len(out) == 2 and all(isinstance(o, str) for o in out)
+    assert all(0 < len(o) <= 12 for o in out)  # one byte token decodes to at most one character
+    assert all("<|im_start|>" not in o and "user" not in o for o in out)  # only the new tokens
+    assert [c.complete([b], 0, 12)[0] for b in batch] == out  # left padding changes nothing
+    assert len(c.complete(batch * 2, 1.0, 4)) == 4
+
+
+def test_hf_client_loads_a_local_path(tiny, tmp_path, monkeypatch):
+    model, tok = tiny
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("SLCA_SIM_URL", raising=False)
+    args = argparse.Namespace(sim_url=None, sim_model=str(tmp_path), sim_key=None)
+    c = client_from_args(args, "sim")
+    assert isinstance(c, HFClient)
+    assert c.complete([USER], 0, 6) == HFClient((model, tok), device="cpu").complete([USER], 0, 6)
+
+
+def test_simulator_with_tiny_model_falls_back_to_error(tiny):
+    model, tok = tiny
+    task = types.SimpleNamespace(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+                                 allowed_tools=["f"], responses=[])
+    sim = Simulator("llm", HFClient((model, tok), device="cpu"), temperature=0.0, retries=1, max_tokens=16)
+    [(calls, obs)] = sim.respond(['<tool_call>{"name": "f", "arguments": {}}</tool_call>'], [task])
+    assert [c.name for c in calls] == ["f"]
+    assert obs == ["Error when executing tool: the simulator LLM gave no <tool_response>"]
+
+
+# ---- judge ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, r", [
+    ("Rating: [[very poor]]", 1), ("Rating: [[poor]]", 2), ("Rating: [[acceptable]]", 3),
+    ("Rating: [[good]]", 4), ("Rating: [[excellent]]", 5), ("Rating: [[ Very  Poor ]]", 1),
+    ("It is [[poor]] at first... final Rating: [[Good]]", 4), ("Rating: [[5]]", 5),
+    ("Rating: [[<level>]]", None), ("Rating: good", None), ("[[mediocre]]", None), ("[[6]]", None),
+    ("", None), (None, None),
+])
+def test_parse_rating(text, r):
+    assert parse_rating(text) == r
+
+
+class Judge:
+    """A scripted judge client: replies from a list per call of complete, records prompts."""
+
+    def __init__(self, *replies):
+        self.replies, self.calls = list(replies), []
+
+    def complete(self, batch, temperature, max_tokens):
+        assert temperature == 0
+        self.calls.append([m[0]["content"] for m in batch])
+        return self.replies.pop(0)
+
+
+def test_judge_rates_every_level_and_shows_responses_not_calls():
+    levels = ["very poor", "poor", "acceptable", "good", "excellent"]
+    client = Judge([f"ok\nRating: [[{lv}]]" for lv in levels])
+    items = [("What is 2+2?", ['{"sum": 4}', '{"note": "x"}'], f"It is {i}.") for i in range(5)]
+    assert LLMJudge(client).rate_batch(items) == [1, 2, 3, 4, 5]
+    prompt = client.calls[0][0]
+    assert "What is 2+2?" in prompt and '[1] {"sum": 4}' in prompt and '[2] {"note": "x"}' in prompt
+    assert "It is 0." in prompt and "<tool_call>" not in prompt
+    for level in levels:
+        assert level in prompt
+
+
+def test_judge_retries_only_unparsed_then_none():
+    client = Judge(["garbage", "Rating: [[good]]"], ["still garbage"], ["no"])
+    assert LLMJudge(client, retries=2).rate_batch([("q", ["r"], "a1"), ("q", ["r"], "a2")]) == [None, 4]
+    assert [len(c) for c in client.calls] == [2, 1, 1]
+    client = Judge([None], ["Rating: [[excellent]]"])
+    assert LLMJudge(client).rate("q", ["r"], "answer", facts=["ignored"]) == 5
+    assert LLMJudge(Judge()).rate_batch([]) == []  # no items: no request
+
+
+def test_judge_through_http(serve):
+    s = serve(lambda path, body, n: (200, chat("Reads the results right.\nRating: [[acceptable]]"), 0))
+    assert LLMJudge(client(s)).rate("q", ['{"a": 1}'], "The answer is 1.") == 3
+    assert s.posts()[0][1]["temperature"] == 0
+
+
+def test_judge_fails_to_none_when_server_is_down(serve):
+    s = serve(lambda path, body, n: (500, b"", 0))
+    assert LLMJudge(client(s, retries=0), retries=1).rate("q", ["r"], "answer") is None
+    assert len(s.posts()) == 2
+    assert llm.LEVELS == {"very poor": 1, "poor": 2, "acceptable": 3, "good": 4, "excellent": 5}
