@@ -50,9 +50,9 @@ PAPER = dict(data=None, eval_data=None, sft_data=None, sft_epochs=2, sft_lr=5e-6
              micro_batch=8, lr=1e-6, steps=None, max_tokens=8192, eval_limit=None, eval_every=50,
              dtype="bfloat16", grad_ckpt=True)
 TINY = dict(data="data/world/rl.jsonl", eval_data="data/world/eval.jsonl", sft_data="data/world/sft.jsonl",
-            sft_epochs=2, sft_lr=3e-3, sft_batch=16, sft_max_len=1024, sft_limit=None, group_size=8,
-            prompts_per_step=8, mini_batch=4, micro_batch=32, lr=2e-5, steps=20, max_tokens=384,
-            eval_limit=100, eval_every=0, dtype="float32", grad_ckpt=False)
+            sft_epochs=2, sft_lr=3e-3, sft_batch=8, sft_max_len=1024, sft_limit=None, group_size=8,
+            prompts_per_step=8, mini_batch=2, micro_batch=32, lr=1e-4, steps=8, max_tokens=384,
+            eval_limit=100, eval_every=0, dtype="float32", grad_ckpt=False)  # sized for ~10 min on 2 CPU cores
 
 
 def get_args(argv=None):
@@ -117,6 +117,8 @@ def get_args(argv=None):
     g.add_argument("--eval-every", type=int, default=None, help="RL steps between evals; 0 = before and after only")
     g.add_argument("--eval-limit", type=int, default=None, help="first N eval prompts")
     g.add_argument("--show", type=int, default=2, help="decoded rollouts printed per step")
+    g.add_argument("--grad-cosine", action="store_true",
+                   help="log the cosine between tool- and summary-segment gradients (2 extra backward passes)")
     a = p.parse_args(argv)
     for k, v in (TINY if a.model is None else PAPER).items():
         if getattr(a, k) is None:
@@ -245,6 +247,35 @@ def sft(model, tok, convs, a, log):
 
 
 # ---------------------------------------------------------------------------------------------
+def backward(model, batch, idx, old, ref, A, mask_key, a):
+    """Accumulate the gradient of the loss (Eqs. 9-12) over rows `idx`, counting only the
+    tokens of `mask_key`; N is the mini-batch's response-token count. Returns summed stats."""
+    n = int(batch["response_mask"][idx].sum().clamp(min=1))
+    stats = {}
+    for rows, mb in micro_batches(batch, idx, a.micro_batch):
+        L = mb["input_ids"].shape[1]
+        lp = token_logprobs(model, mb["input_ids"], mb["attention_mask"], mb["response_mask"])
+        loss, st = policy_loss(lp, old[rows, :L], ref[rows, :L] if ref is not None else None,
+                               A[rows, :L], mb[mask_key], n, a.clip_eps, a.clip_c, a.kl_beta)
+        loss.backward()
+        for k, v in st.items():
+            stats[k] = stats.get(k, 0.0) + v
+    return stats
+
+
+def grad_cosine(model, batch, idx, old, ref, A, a):
+    """The paper's diagnostic: cosine between the gradients that the tool-segment tokens and
+    the summary-segment tokens contribute (two extra backward passes)."""
+    grads = []
+    for key in ("tool_mask", "summary_mask"):
+        model.zero_grad(set_to_none=True)
+        backward(model, batch, idx, old, ref, A, key, a)
+        grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
+                                for p in model.parameters()]))
+    model.zero_grad(set_to_none=True)
+    return float(torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0))
+
+
 def seg_stats(adv, present, gids, name):
     """Mean and std of a segment's advantages over present rollouts, and the share of groups
     whose advantages are all zero for that segment (no learning signal)."""
@@ -291,20 +322,15 @@ def rl_step(model, ref, tok, opt, tasks, sim, judge, a, step):
 
     # PPO: one optimizer step per mini-batch of prompts; token-mean over the mini-batch (Eq. 12)
     model.train()
-    t1, stats, norms = time.time(), {}, []
+    t1, stats, norms, cosine = time.time(), {}, [], None
     per_mb = a.mini_batch * G
-    for _ in range(a.ppo_epochs):
+    for epoch in range(a.ppo_epochs):
         for s in range(0, B, per_mb):
             idx = list(range(s, min(s + per_mb, B)))
-            n = int(batch["response_mask"][idx].sum().clamp(min=1))
-            for rows, mb in micro_batches(batch, idx, a.micro_batch):
-                L = mb["input_ids"].shape[1]
-                lp = token_logprobs(model, mb["input_ids"], mb["attention_mask"], mb["response_mask"])
-                loss, st = policy_loss(lp, old[rows, :L], refl[rows, :L] if ref is not None else None,
-                                       A[rows, :L], mb["response_mask"], n, a.clip_eps, a.clip_c, a.kl_beta)
-                loss.backward()
-                for k, v in st.items():
-                    stats[k] = stats.get(k, 0.0) + v
+            if a.grad_cosine and epoch == 0 and s == 0:
+                cosine = grad_cosine(model, batch, idx, old, refl, A, a)
+            for k, v in backward(model, batch, idx, old, refl, A, "response_mask", a).items():
+                stats[k] = stats.get(k, 0.0) + v
             norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)))
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -322,7 +348,7 @@ def rl_step(model, ref, tok, opt, tasks, sim, judge, a, step):
          "stop_length": sum(r.stop == "length" for r in rs) / B, "stop_turns": sum(r.stop == "turns" for r in rs) / B,
          "rollout_tok_s": policy_tokens / t_roll,
          "train_tok_s": a.ppo_epochs * int(batch["attention_mask"].sum()) / t_train,
-         "t_rollout": t_roll, "t_train": t_train}
+         "t_rollout": t_roll, "t_train": t_train, **({"grad_cosine": cosine} if cosine is not None else {})}
     return m, rs, scores, (adv_tool, adv_sum)
 
 
@@ -335,7 +361,7 @@ def main(argv=None):
     print(json.dumps(vars(a), indent=1))
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(vars(a), f, indent=1)
-    files = {k: open(os.path.join(a.out, f"{k}.jsonl"), "a") for k in ("metrics", "rollouts", "eval")}
+    files = {k: open(os.path.join(a.out, f"{k}.jsonl"), "w") for k in ("metrics", "rollouts", "eval")}
 
     def log(row, kind="metrics"):
         files[kind].write(json.dumps(row) + "\n")

@@ -81,7 +81,7 @@ def test_one_rl_step_changes_weights_and_logs_every_field(world):
     out = tmp / "run"
     train.main(["--data", rl, "--sft-data", "", "--eval-data", "", "--steps", "1", "--group-size", "4",
                 "--prompts-per-step", "2", "--mini-batch", "1", "--micro-batch", "3", "--max-tokens", "48",
-                "--max-turns", "2", "--lr", "1e-3", "--out", str(out)])
+                "--max-turns", "2", "--lr", "1e-3", "--grad-cosine", "--out", str(out)])
     from transformers import AutoModelForCausalLM
     before = AutoModelForCausalLM.from_pretrained(out / "base")
     after = AutoModelForCausalLM.from_pretrained(out / "final")
@@ -91,8 +91,9 @@ def test_one_rl_step_changes_weights_and_logs_every_field(world):
     for k in ["format", "name", "key", "value", "parallel", "process", "summary", "score", "omission",
               "r_tool", "r_sum", "adv_tool_mean", "adv_tool_std", "adv_tool_zero_groups", "adv_sum_mean",
               "adv_sum_std", "adv_sum_zero_groups", "sign_conflict", "clip_frac", "kl", "approx_kl", "ratio",
-              "grad_norm", "tool_turns", "length", "rollout_tok_s", "train_tok_s"]:
+              "grad_norm", "tool_turns", "length", "rollout_tok_s", "train_tok_s", "grad_cosine"]:
         assert k in m and math.isfinite(m[k]), k
+    assert -1 <= m["grad_cosine"] <= 1
     rollouts = [json.loads(l) for l in open(out / "rollouts.jsonl")]
     assert len(rollouts) == 8 and {r["group"] for r in rollouts} == {0, 1}
     assert json.load(open(out / "config.json"))["algo"] == "slca"
