@@ -119,6 +119,9 @@ def get_args(argv=None):
     g.add_argument("--show", type=int, default=2, help="decoded rollouts printed per step")
     g.add_argument("--grad-cosine", action="store_true",
                    help="log the cosine between tool- and summary-segment gradients (2 extra backward passes)")
+    for act in p._actions:  # show both presets in --help
+        if act.dest in TINY:
+            act.help = (act.help + "; " if act.help else "") + f"preset: demo {TINY[act.dest]}, paper {PAPER[act.dest]}"
     a = p.parse_args(argv)
     for k, v in (TINY if a.model is None else PAPER).items():
         if getattr(a, k) is None:

@@ -97,6 +97,8 @@ def test_turn_cap():
     for r in rs:
         assert r.stop == "turns" and len(r.turns) == 3 and r.tool_turns == 3
         assert len(r.observations) == 2  # the capped turn's call is never answered
+        assert r.final == ""              # it ends on a tool turn: no summary to judge (S_sum = 0)
+        assert sum(r.summary_mask) == len(tokenizer().encode(CALL))  # that last call turn is the "summary" run
     assert sim.seen == [2, 2]
 
 
