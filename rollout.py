@@ -79,18 +79,21 @@ def tool_turn_ids(tok, observations, ended_on_eos):
     return tok.encode(close + text, add_special_tokens=False)
 
 
-def stop_ids(tok):
-    """Token ids that end a turn: eos, pad and </tool_call> (a single token in Qwen2.5)."""
-    ids = {tok.eos_token_id, tok.pad_token_id, tok.convert_tokens_to_ids("</tool_call>")}
+def stop_ids(tok, stop_at_call=True):
+    """Token ids that end a turn: eos, pad and, with `stop_at_call`, </tool_call> (a single
+    token in Qwen2.5). eval.py's BFCL and τ² replies pass False: one reply may hold several blocks."""
+    ids = {tok.eos_token_id, tok.pad_token_id}
+    if stop_at_call:
+        ids.add(tok.convert_tokens_to_ids("</tool_call>"))
     if tok.unk_token_id is not None:
         ids.discard(tok.unk_token_id)
     return sorted(i for i in ids if i is not None)
 
 
 @torch.no_grad()
-def generate_turn(model, tok, seqs, budgets, temperature, batch_size):
+def generate_turn(model, tok, seqs, budgets, temperature, batch_size, stop_at_call=True):
     """One assistant turn for each sequence: the new ids, cut at the first stop token."""
-    stops, pad = stop_ids(tok), tok.pad_token_id
+    stops, pad = stop_ids(tok, stop_at_call), tok.pad_token_id
     out = []
     for s in range(0, len(seqs), batch_size):
         chunk, budget = seqs[s:s + batch_size], budgets[s:s + batch_size]

@@ -23,8 +23,12 @@ paraphrase, which train never uses. Train (SFT + RL) questions are all distinct.
 import argparse
 import json
 import random
+import sys
 from pathlib import Path
 from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for hermes.py
+from hermes import tools_prompt  # noqa: E402
 
 SIZES = {"sft": 2000, "rl": 1000, "eval": 200}
 TYPES = ["single_step_single_tool", "single_step_parallel", "multi_step_all_serial",
@@ -38,12 +42,7 @@ INSTRUCTION = ("Use tools when needed: put all calls of one step as a JSON list 
 
 def system_prompt(tools):
     """The instruction, then the tools as Qwen2.5's chat template writes them (Hermes form)."""
-    return (INSTRUCTION + "\n\n# Tools\n\nYou may call one or more functions to assist with the user "
-            "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-            + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
-            + "\n</tools>\n\nFor each function call, return a json object with function name and "
-            "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
-            "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>")
+    return INSTRUCTION + "\n\n" + tools_prompt(tools)
 
 
 # --- tools ----------------------------------------------------------------------------------

@@ -211,6 +211,13 @@ def test_generator_is_deterministic_for_a_seed(tmp_path):
     assert len(load_sft(tmp_path / "a" / "sft.jsonl")) == 60 and len(load_tasks(tmp_path / "a" / "rl.jsonl")) == 30
 
 
+def test_shipped_files_are_the_generator_output(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "data" / "make_world.py"), "--seed", "0", "--out", str(tmp_path)],
+                   check=True, capture_output=True)
+    for f in ("sft.jsonl", "rl.jsonl", "eval.jsonl"):
+        assert (tmp_path / f).read_bytes() == (WORLD / f).read_bytes(), f
+
+
 @pytest.fixture(scope="module")
 def world():
     return {n: load_tasks(WORLD / f"{n}.jsonl") for n in ("rl", "eval")} | {"sft": load_sft(WORLD / "sft.jsonl")}

@@ -1,0 +1,43 @@
+"""Per-item result files: JSONL, appended as items finish, read back to resume.
+
+Every benchmark (eval.py toucan, bench_bfcl.py, bench_tau2.py) writes one JSON line per
+scored item as soon as its batch is done, and on start skips the items whose key is
+already in the file. A line cut by a crash does not parse: it is dropped on reading, the
+item runs again, and the next append starts on a fresh line. A file holds one model's
+results: point --out at a new file for a new model.
+
+    python -c "import results; print(len(results.read_jsonl('out/bfcl.jsonl')))"
+"""
+import json
+import os
+from pathlib import Path
+
+
+def read_jsonl(path):
+    """The rows of `path` ([] if it is None or missing); lines that do not parse are dropped."""
+    if path is None or not Path(path).exists():
+        return []
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # empty, or cut by a crash: that item runs again
+                pass
+    return rows
+
+
+def append_jsonl(path, rows):
+    """Append one line per row (nothing if path is None), creating folders as needed."""
+    if path is None:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cut = False
+    if path.exists() and path.stat().st_size > 0:
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            cut = f.read(1) != b"\n"  # the last line was cut by a crash
+    with open(path, "a") as f:
+        f.write("\n" if cut else "")
+        f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
