@@ -157,7 +157,7 @@ def load_policy(name, dtype="float32", device="cpu", grad_ckpt=False):
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     if grad_ckpt:
-        model.gradient_checkpointing_enable()
+        model.activation_checkpointing_enable()
         model.config.use_cache = False
     return model, tok
 

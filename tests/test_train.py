@@ -120,3 +120,20 @@ def test_bad_data_row_names_file_row_and_field(tmp_path):
     path = write_jsonl(tmp_path / "bad.jsonl", [verl_row("q", [], []), bad])
     with pytest.raises(ValueError, match=r"bad.jsonl row 1: field 'prompt'"):
         train.main(["--data", path, "--sft-data", "", "--eval-data", "", "--steps", "0", "--out", str(tmp_path / "r")])
+
+
+def test_load_policy_with_activation_checkpointing(tmp_path):
+    torch.manual_seed(0)
+    tiny_model().save_pretrained(tmp_path)
+    tokenizer().save_pretrained(tmp_path)
+    plain, tok = train.load_policy(str(tmp_path))
+    ckpt, _ = train.load_policy(str(tmp_path), grad_ckpt=True)
+    assert ckpt.is_activation_checkpointing and not plain.is_activation_checkpointing
+    ids = torch.randint(0, len(tok), (2, 9))
+    attn, mask = torch.ones_like(ids), torch.ones_like(ids)
+    plain.train(), ckpt.train()
+    a, b = train.token_logprobs(plain, ids, attn, mask), train.token_logprobs(ckpt, ids, attn, mask)
+    assert torch.allclose(a, b, atol=1e-6)
+    a.sum().backward(), b.sum().backward()
+    for p, q in zip(plain.parameters(), ckpt.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-6)
