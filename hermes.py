@@ -20,14 +20,18 @@ data/make_world.py writes the shipped world's system prompts with `tools_prompt`
 import json
 
 
+# Qwen2.5-Instruct's chat template writes these around the tools (one JSON object per line);
+# tiny.py's template is built from them too.
+TOOLS_HEAD = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+              "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+TOOLS_TAIL = ("\n</tools>\n\nFor each function call, return a json object with function name and "
+              "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+              "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>")
+
+
 def tools_prompt(tools):
     """The tool block Qwen2.5's chat template appends to the system message."""
-    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-            "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-            + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
-            + "\n</tools>\n\nFor each function call, return a json object with function name and "
-            "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
-            "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>")
+    return TOOLS_HEAD + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) + TOOLS_TAIL
 
 
 def call_text(call):

@@ -164,8 +164,9 @@ def score(response_text, final_response, tool_responses, task, judge,
     response_text is the policy's own text over all turns; final_response the last turn's
     text when it holds no tool call, else "".
     """
-    s = process_score(response_text, task.gold, task.allowed_tools, weights)
-    omission = bool(normalize_gold(task.gold)) and OPEN not in strip_think(response_text)
+    gold = normalize_gold(task.gold)
+    s = process_score(response_text, gold, task.allowed_tools, weights)
+    omission = bool(gold) and OPEN not in strip_think(response_text)
     if omission:  # the judge is not called
         s.update(process=0.0, summary=0.0, score=OMISSION_SCORE)
     else:

@@ -16,10 +16,18 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from hermes import TOOLS_HEAD, TOOLS_TAIL
+
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # Qwen2.5's: pad, turn start, eos
 # Qwen2.5 also keeps these as single (non-special) tokens, so a turn can stop on </tool_call>
 MARKUP = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
           "<tools>", "</tools>", "<think>", "</think>"]
+
+
+def _literal(text):
+    """`text` as a single-quoted Jinja string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+
 
 # Output-identical to Qwen2.5-Instruct's template for the parts this project uses
 # (system/user/assistant/tool messages, tools, add_generation_prompt).
@@ -28,12 +36,9 @@ CHAT_TEMPLATE = (
     "{{- '<|im_start|>system\\n' }}"
     "{%- if messages[0].role == 'system' %}{{- messages[0].content }}"
     "{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}"
-    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{{- '\\n\\n' + " + _literal(TOOLS_HEAD) + " }}"
     "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
-    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and "
-    "arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, "
-    "\"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{{- " + _literal(TOOLS_TAIL) + " + '<|im_end|>\\n' }}"
     "{%- elif messages[0].role == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
     "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{%- endif %}"

@@ -20,20 +20,22 @@ INSTALL = ("benchmark extra not installed: pip install -r requirements-bench.txt
            "pip install --no-deps -r requirements-bench-nodeps.txt")
 
 
-@pytest.fixture(scope="module")
-def bfcl():
+def extra(load):
+    """What `load` returns, or a skip naming the install command."""
     try:
-        return BF.checker()
+        return load()
     except ImportError as e:
         pytest.skip(f"{INSTALL} ({e})")
+
+
+@pytest.fixture(scope="module")
+def bfcl():
+    return extra(BF.checker)
 
 
 @pytest.fixture(scope="module")
 def tau2():
-    try:
-        return T2.import_tau2()
-    except ImportError as e:
-        pytest.skip(f"{INSTALL} ({e})")
+    return extra(T2.import_tau2)
 
 
 # --------------------------------------------------------------------------------------------
