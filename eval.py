@@ -46,6 +46,7 @@ from tqdm import tqdm
 import bench_bfcl
 import bench_tau2
 import llm
+from llm import load_policy
 import rewards
 from hermes import as_text
 from results import append_jsonl, read_jsonl
@@ -192,7 +193,6 @@ class Batched:
 
 def agent_generate(a):
     """The model under test: --agent-url/--agent-model (a client), else --model (in-process)."""
-    from train import load_policy  # train.py imports this module: import it late
 
     client = llm.client_from_args(a, "agent")
     if client is not None and a.model:
@@ -271,7 +271,6 @@ def main(argv=None):
     if a.bench == "toucan":
         from data import load_tasks
         from simulator import Simulator
-        from train import load_policy
 
         model, tok = load_policy(a.model, a.dtype, a.device)
         tasks = load_tasks(a.data)[:a.limit]

@@ -45,6 +45,19 @@ import torch
 log = logging.getLogger(__name__)
 
 
+def load_policy(name, dtype="float32", device="cpu", grad_ckpt=False):
+    """A causal LM and its tokenizer from a hub name or local folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(name)
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype)).to(device)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    if grad_ckpt:
+        model.activation_checkpointing_enable()
+        model.config.use_cache = False
+    return model, tok
+
+
 class HFClient:
     """An in-process chat model. `model` is a hub name, a local path, or a (model, tokenizer) pair."""
 

@@ -29,6 +29,44 @@ import torch
 THINK_RE = re.compile(r"<think>.*?</think>|<thinking>.*?</thinking>", re.DOTALL)
 BLOCK_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)  # body up to the NEXT closing tag
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+MAX_JSON_CHARS = 1_000_000  # bound on any JSON text parsed from the policy, an endpoint or a data row
+MAX_JSON_DEPTH = 64         # bound on its nesting (json.loads recurses once per level)
+
+
+def loads(text, max_chars=MAX_JSON_CHARS, max_depth=MAX_JSON_DEPTH):
+    """json.loads for untrusted text, in bounded time and memory.
+
+    Every failure is a ValueError with a short reason: too long, nested deeper than
+    `max_depth` (checked in one linear scan before parsing, so deep input never reaches the
+    recursive decoder), not JSON, or an integer beyond Python's digit limit.
+    """
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise ValueError(f"expected text, got {type(text).__name__}")
+    if len(text) > max_chars:
+        raise ValueError(f"JSON text of {len(text)} characters exceeds the limit of {max_chars}")
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode("utf-8", errors="replace")
+    depth, in_str, esc = 0, False, False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                raise ValueError(f"JSON nested deeper than {max_depth} levels")
+        elif ch in "]}":
+            depth -= 1
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError; so is a huge int
+        raise ValueError(str(e)[:200]) from None
 
 
 def segment_masks(response_mask):
@@ -61,10 +99,13 @@ def find_blocks(text):
 
 @dataclass
 class Call:
-    """One parsed tool call. `error` is "" when the call is well-formed."""
+    """One parsed tool call. `error` is "" when the call is well-formed and passed the
+    simulator's checks; `failed` marks an answer that never came (the simulator's endpoint
+    failed at the transport level), which is not a real tool response."""
     name: str = ""
     arguments: dict = field(default_factory=dict)
     error: str = ""
+    failed: bool = False
 
 
 def parse_block(body, string_args=True):

@@ -39,6 +39,7 @@ import rewards
 from advantage import grpo_advantages, route, slca_advantages
 from data import load_sft, load_tasks
 from eval import evaluate, format_table, score_rollouts
+from llm import load_policy
 from loss import policy_loss
 from rollout import collate, rollout
 from simulator import Simulator
@@ -149,19 +150,6 @@ def check_args(p, a):
 
 
 # ---------------------------------------------------------------------------------------------
-def load_policy(name, dtype="float32", device="cpu", grad_ckpt=False):
-    """A causal LM and its tokenizer from a hub name or local folder."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(name)
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype)).to(device)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    if grad_ckpt:
-        model.activation_checkpointing_enable()
-        model.config.use_cache = False
-    return model, tok
-
-
 def token_logprobs(model, ids, attn, mask, chunk=1024):
     """log π(ids_t | ids_<t) where mask is 1, else 0: (B, L).
 

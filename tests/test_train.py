@@ -6,6 +6,7 @@ import os
 import pytest
 import torch
 
+import llm
 import train
 from helpers import tiny_model, tokenizer, verl_row
 
@@ -126,8 +127,8 @@ def test_load_policy_with_activation_checkpointing(tmp_path):
     torch.manual_seed(0)
     tiny_model().save_pretrained(tmp_path)
     tokenizer().save_pretrained(tmp_path)
-    plain, tok = train.load_policy(str(tmp_path))
-    ckpt, _ = train.load_policy(str(tmp_path), grad_ckpt=True)
+    plain, tok = llm.load_policy(str(tmp_path))
+    ckpt, _ = llm.load_policy(str(tmp_path), grad_ckpt=True)
     assert ckpt.is_activation_checkpointing and not plain.is_activation_checkpointing
     ids = torch.randint(0, len(tok), (2, 9))
     attn, mask = torch.ones_like(ids), torch.ones_like(ids)
