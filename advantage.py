@@ -1,4 +1,4 @@
-"""Group-relative advantages: plain GRPO and segment-locked SLCA (SPEC §3, Eqs. 6-8).
+"""Group-relative advantages: plain GRPO, segment-locked SLCA, and the ToolPO baseline (SPEC §3).
 
 GRPO (the matched baseline, "w/o SLCA") normalises one score per rollout within its group
 of G rollouts and gives it to every response token:
@@ -15,6 +15,31 @@ std is unbiased (N - 1), ε = 1e-6; a rollout outside P_seg, or in a group where
 gets 0. λ is applied after normalisation. `norm_by_std=False` subtracts the mean only
 (Dr. GRPO style). So tool-token advantages never depend on any R^sum, and vice versa.
 
+ToolPO (SPEC §3.3, the release's `toolpo_grpo` estimator, an additive baseline):
+
+    A_{i,t} = A_i^succ + λ_action·A_i^action·M_{i,t},
+    A^succ = R^succ - mean_g R^succ,   A^action = R^action - mean_{P_tool} R^action  (Eq. 13)
+
+A^succ goes to every response token, A^action also to the tool tokens M. M is the release's
+"process" mask: every run of the response mask but the last, i.e. the same `tool_mask` SLCA
+uses (whole tool-call turns, not only the <tool_call> tags). A^action uses the presence
+filter and the fewer-than-two rule of Eq. 7; A^succ keeps verl's rule for a group with one
+present member (mean 0, std 1: A^succ = R^succ, or R^succ/(1 + ε) with std). Flag: SPEC,
+the ToolPO paper and the release's README centre without std (our default), but the
+release's launchers leave verl's `norm_adv_by_std_in_grpo=True`, so its ToolPO runs
+divided both terms by (std + ε); `norm_by_std=True` reproduces that.
+
+Numerics (SPEC §3.2). Group statistics are computed in float64 and a group whose present
+rewards are all equal gets exactly 0: in float32 the mean of sixteen 0.9s is off by one ulp
+and (x - mean)/(std + ε) gives ±0.106 (the release has this too), and float64 alone still
+leaves ~1e-10. Results come back in the input's dtype.
+
+Non-finite rewards. Masking uses torch.where, never a product (NaN·0 = NaN): an absent
+rollout's reward, whatever it holds, never enters a statistic. A NaN or ±inf reward of a
+PRESENT rollout makes that group's statistics undefined, so every member of the group gets
+0 for that segment (no update from it, the others untouched); nothing raises, and the
+caller counts such rewards with `(~r.isfinite() & present).sum()`.
+
 Simplification: GRPO uses the same fewer-than-two rule (a lone rollout gets 0); verl instead
 gives a group of one mean 0 and std 1. The two agree for every G >= 2.
 
@@ -29,20 +54,28 @@ EPS = 1e-6  # SPEC §3: ε of the released code
 def group_normalize(x, present, group_ids, eps=EPS, norm_by_std=True):
     """(x - group mean) / (group std + ε) over the present members of each group.
 
-    x: (B,) float, present: (B,) bool, group_ids: (B,) int. Returns (B,), 0 where absent or
-    where the group has fewer than two present members.
+    x: (B,) float, present: (B,) bool, group_ids: (B,) int. Returns (B,) in x's dtype, 0 where
+    absent, where the group has fewer than two present members, where their values are all
+    equal, or where a present member's value is not finite.
     """
     _, g = torch.unique(group_ids, return_inverse=True)        # (B,) dense ids 0..NG-1
     n_groups = int(g.max()) + 1 if g.numel() else 0
-    w = present.to(x.dtype)                                     # (B,)
-    zeros = x.new_zeros(n_groups)
-    count = zeros.index_add(0, g, w)                            # (NG,)
-    mean = zeros.index_add(0, g, x * w) / count.clamp(min=1)    # (NG,)
-    dev = (x - mean[g]) * w                                     # (B,)
+    x64 = x.double()                                            # (B,) statistics in float64
+    zeros = x64.new_zeros(n_groups)
+    bad = zeros.index_add(0, g, (present & ~x64.isfinite()).double()) > 0  # (NG,) group has a non-finite reward
+    use = present & ~bad[g]                                     # (B,) rows that enter the statistics
+    v = torch.where(use, x64, 0.0)                              # (B,)
+    count = zeros.index_add(0, g, use.double())                 # (NG,)
+    mean = zeros.index_add(0, g, v) / count.clamp(min=1)        # (NG,)
+    dev = torch.where(use, x64 - mean[g], 0.0)                  # (B,)
     if norm_by_std:
         var = zeros.index_add(0, g, dev * dev) / (count - 1).clamp(min=1)  # (NG,) unbiased
         dev = dev / (var.sqrt()[g] + eps)
-    return torch.where(present & (count[g] >= 2), dev, torch.zeros_like(dev))
+    inf = torch.full_like(zeros, float("inf"))
+    lo = inf.scatter_reduce(0, g, torch.where(use, x64, float("inf")), "amin")    # (NG,)
+    hi = (-inf).scatter_reduce(0, g, torch.where(use, x64, -float("inf")), "amax")
+    keep = use & (count[g] >= 2) & (hi > lo)[g]                 # (B,) equal values give exactly 0
+    return torch.where(keep, dev, 0.0).to(x.dtype)
 
 
 def grpo_advantages(scores, group_ids, eps=EPS, norm_by_std=True):
@@ -58,6 +91,26 @@ def slca_advantages(r_tool, r_sum, tool_present, summary_present, group_ids,
     return adv_tool, adv_sum
 
 
+def toolpo_advantages(r_succ, r_action, present, tool_present, group_ids, lam_action=1.0, norm_by_std=False,
+                      eps=EPS):
+    """Eq. 13: (adv_succ, adv_action), each (B,), adv_action already scaled by λ_action.
+
+    present: (B,) bool, the rollouts that enter A^succ (all of them in the release; a caller
+    may leave out failed ones); tool_present: (B,) bool, P_tool for A^action (include only
+    present rollouts). Per token: `route(adv_succ + adv_action, adv_succ, tool_mask,
+    summary_mask)`, i.e. adv_succ on every response token plus adv_action on the tool tokens.
+    """
+    _, g = torch.unique(group_ids, return_inverse=True)        # (B,) dense ids
+    count = torch.bincount(g, weights=present.double())         # (NG,) present members
+    adv_succ = group_normalize(r_succ, present, group_ids, eps, norm_by_std)
+    alone = r_succ / (1 + eps) if norm_by_std else r_succ       # verl: a group of one has mean 0, std 1
+    adv_succ = torch.where(present & (count[g] == 1) & r_succ.isfinite(), alone, adv_succ)
+    adv_action = lam_action * group_normalize(r_action, tool_present, group_ids, eps, norm_by_std)
+    return adv_succ, adv_action
+
+
 def route(adv_tool, adv_sum, tool_mask, summary_mask):
-    """Eq. 8: per-token advantages (B, T); 0 on prompt, observation and padding tokens."""
-    return adv_tool[:, None] * tool_mask + adv_sum[:, None] * summary_mask  # (B, T)
+    """Eq. 8: per-token advantages (B, T); 0 on prompt, observation and padding tokens,
+    whatever a row's advantage holds (where, not a product: NaN·0 = NaN)."""
+    return (torch.where(tool_mask.bool(), adv_tool[:, None], 0.0)
+            + torch.where(summary_mask.bool(), adv_sum[:, None], 0.0))  # (B, T)

@@ -3,32 +3,67 @@
     r_{i,t}   = exp(clamp(logπ_θ - logπ_old, -20, 20))                               (Eq. 9)
     L^clip    = max(-A·r, -A·clip(r, 1-ε, 1+ε)),   ε = 0.2                            (Eq. 10)
     L         = min(L^clip, -A·c) where A < 0, else L^clip,   c = 3  (dual clip)
-    KL        = exp(d) - d - 1,  d = logπ_ref - logπ_θ, clamped to [-10, 10]  (k3)     (Eq. 11)
-    loss      = Σ_{masked i,t} (L + β·KL) / N,   β = 0.001                            (Eq. 12)
+    KL        = exp(d) - d - 1,  d = clamp(logπ_ref - logπ_θ, -20, 20), then
+                clamped to [-10, 10]  (k3, verl's "low_var_kl")                       (Eq. 11)
+    loss      = agg_{masked i,t} (L + β·KL),   β = 0.001                              (Eq. 12)
 
-N is the number of masked tokens in the whole PPO mini-batch, passed in by the caller, so
-summing the loss over any split of the mini-batch into micro-batches gives the same
-gradient (token-mean over the mini-batch, as verl's "token-mean"). The loss is the same for
-GRPO and SLCA: only the advantage tensor A differs. The statistics are sums divided by N
-too, so they also add up over micro-batches. Mirrors verl's compute_policy_loss and its
-"low_var_kl" (which also clamps d to ±20 before the exponential).
+Two aggregations over the PPO mini-batch, both with the normaliser N passed in by the
+caller, so summing the loss over any split of the mini-batch into micro-batches gives the
+same gradient:
+
+    "token-mean"           Σ_{i,t} x_{i,t} / N,          N = masked tokens of the mini-batch
+    "seq-mean-token-mean"  Σ_i (Σ_t x_{i,t} / n_i) / N,  n_i = row i's masked tokens,
+                                                         N = rows of the mini-batch with n_i > 0
+
+KL is aggregated the same way as L (verl applies `agg_loss` to both). A row with an empty
+mask adds 0 and is not counted in N.
+
+Which one the paper's numbers come from: the release runs verl's actor with
+`loss_agg_mode` left at "token-mean", `use_kl_loss=true`, `kl_loss_type=low_var_kl`, and
+one rollout per micro-batch (`ppo_micro_batch_size_per_gpu=1`). verl takes the token mean
+inside each micro-batch and scales it by 1/(gradient-accumulation steps), and FSDP averages
+over ranks, so what it optimised is "seq-mean-token-mean" over the 512 rollouts of a
+mini-batch (32 prompts × 16), the KL term included: the standard GRPO objective. Every
+verl response holds at least one generated token, so empty rows never arise there (a
+one-row micro-batch with an empty mask would give 0/0 in verl). "token-mean" is SPEC §4's
+statement; the two give gradients up to 62% apart. train.py defaults to the release's
+(`--loss-agg seq-mean-token-mean`); the function's own default stays "token-mean".
+
+Masked positions are removed with torch.where on the inputs and on the result, never by
+multiplying with the mask: a NaN or inf at a masked position (padding, an observation) of
+logπ_θ, logπ_old, logπ_ref or A touches neither the loss, the stats nor the gradient
+(NaN·0 = NaN, and the product's backward would be NaN too). Only what the loss itself
+computes is guarded: a model that yields NaN at a padded position may still produce NaN
+gradients inside its own backward.
+
+The loss is the same for GRPO, SLCA and ToolPO: only the advantage tensor A differs. The
+statistics use the same weights as the loss, so they also add up over micro-batches.
+Mirrors verl's compute_policy_loss_vanilla, agg_loss and kl_penalty("low_var_kl").
 """
 import torch
 
 CLIP_EPS = 0.2     # SPEC §4 / paper: PPO clip range
 CLIP_C = 3.0       # SPEC §4: dual-clip constant
 KL_BETA = 0.001    # SPEC §4: weight of the k3 KL to the SFT reference
+AGGS = ("token-mean", "seq-mean-token-mean")  # Eq. 12 aggregations (names as verl's loss_agg_mode)
 
 
-def policy_loss(logp, old_logp, ref_logp, advantages, mask, num_tokens,
-                clip_eps=CLIP_EPS, clip_c=CLIP_C, kl_beta=KL_BETA):
+def policy_loss(logp, old_logp, ref_logp, advantages, mask, norm,
+                clip_eps=CLIP_EPS, clip_c=CLIP_C, kl_beta=KL_BETA, agg="token-mean"):
     """Eqs. 9-12 on one micro-batch. All tensors (B, T); ref_logp may be None when kl_beta == 0.
 
+    mask: 0/1 (any dtype), the tokens that count. norm: the mini-batch's N for `agg` (see the
+    module docstring); a count, where 0 is taken as 1 (an empty mini-batch gives loss 0).
+
     Returns (loss, stats): loss is a scalar to backpropagate; stats holds floats that sum
-    over micro-batches into mini-batch means (pg_loss, kl, clip_frac, dual_clip_frac,
-    approx_kl between old and current policy, ratio).
+    over micro-batches into mini-batch aggregates, under the same `agg` (pg_loss, kl,
+    clip_frac, dual_clip_frac, approx_kl between old and current policy, ratio).
     """
-    mask = mask.to(logp.dtype)                                 # (B, T)
+    if agg not in AGGS:
+        raise ValueError(f"agg must be one of {AGGS}, got {agg!r}")
+    m = mask.bool()                                            # (B, T)
+    keep = lambda x: torch.where(m, x, 0.0)                    # noqa: E731  masked positions -> 0
+    logp, old_logp, advantages = keep(logp), keep(old_logp), keep(advantages)
     log_ratio = (logp - old_logp).clamp(-20.0, 20.0)           # (B, T)
     ratio = log_ratio.exp()                                    # (B, T)  Eq. 9
     pg1 = -advantages * ratio                                  # (B, T)
@@ -39,15 +74,22 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, num_tokens,
     total = pg
     kl = torch.zeros_like(logp)
     if kl_beta:
-        d = (ref_logp - logp).clamp(-20.0, 20.0)               # (B, T)
+        d = (keep(ref_logp) - logp).clamp(-20.0, 20.0)         # (B, T)
         kl = (d.exp() - d - 1).clamp(-10.0, 10.0)              # (B, T)  Eq. 11
         total = pg + kl_beta * kl
-    loss = (total * mask).sum() / num_tokens                   # Eq. 12
+    n_row = m.sum(-1).clamp(min=1)                             # (B,) tokens per row
+    norm = max(norm, 1)
+
+    def aggregate(x):                                          # (B, T) -> scalar, Eq. 12
+        rows = keep(x).sum(-1)                                 # (B,)
+        if agg == "seq-mean-token-mean":
+            rows = rows / n_row
+        return rows.sum() / norm
 
     def share(x):
-        return float((x.float() * mask).sum() / num_tokens)
+        return float(aggregate(x.detach().float()))
 
-    stats = {"pg_loss": share(pg.detach()), "kl": share(kl.detach()),
-             "clip_frac": share(pg2 > pg1), "dual_clip_frac": share((advantages < 0) & (clipped > pg3)),
-             "approx_kl": share(-log_ratio.detach()), "ratio": share(ratio.detach())}
-    return loss, stats
+    stats = {"pg_loss": share(pg), "kl": share(kl), "clip_frac": share(pg2 > pg1),
+             "dual_clip_frac": share((advantages < 0) & (clipped > pg3)),
+             "approx_kl": share(-log_ratio), "ratio": share(ratio)}
+    return aggregate(total), stats

@@ -1,11 +1,12 @@
-"""advantage.py against a plain-loop reference and the checks of SPEC §3.2."""
+"""advantage.py against a plain-loop reference, the checks of SPEC §3.2, its numerics, non-finite
+rewards, and ToolPO (Eq. 13) on hand-computed numbers."""
 import math
 import statistics
 
 import pytest
 import torch
 
-from advantage import grpo_advantages, route, slca_advantages
+from advantage import grpo_advantages, route, slca_advantages, toolpo_advantages
 from segment import segment_masks
 
 EPS = 1e-6
@@ -93,3 +94,112 @@ def test_route_zero_on_observations_and_padding():
 def test_norm_by_std_false_subtracts_mean():
     adv = grpo_advantages(torch.tensor([1.0, 2.0, 6.0, 4.0]), torch.tensor([0, 0, 1, 1]), norm_by_std=False)
     assert adv.tolist() == [-0.5, 0.5, 1.0, -1.0]
+
+
+# --- numerics (SPEC §3.2): group statistics in float64, equal rewards give exactly 0 ------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("value", [0.9, 0.1, 0.3, 0.45, 0.7, 1 / 3, -0.5, 0.0])
+@pytest.mark.parametrize("G", [2, 3, 7, 16])
+def test_equal_rewards_give_exactly_zero(dtype, value, G):
+    gids = torch.zeros(G, dtype=torch.long)
+    for norm_by_std in (True, False):
+        adv = grpo_advantages(torch.full((G,), value, dtype=dtype), gids, norm_by_std=norm_by_std)
+        assert adv.dtype == dtype and adv.tolist() == [0.0] * G
+    # the same inside SLCA, with absent members holding other values
+    r = torch.full((G + 2,), value, dtype=dtype)
+    r[-2:] = torch.tensor([5.0, -3.0])
+    pres = torch.arange(G + 2) < G
+    at, _ = slca_advantages(r, r, pres, pres, torch.zeros(G + 2, dtype=torch.long))
+    assert at.tolist() == [0.0] * (G + 2)
+
+
+def test_sixteen_point_nines():
+    # the release's float32 arithmetic gives every one of them +0.106
+    assert grpo_advantages(torch.full((16,), 0.9), torch.zeros(16, dtype=torch.long)).tolist() == [0.0] * 16
+
+
+def test_float32_input_gets_float64_statistics():
+    # fifteen 0.9s and one 0.9 + 1 ulp, in float32: the answer is the float64 one, back in float32
+    x = torch.full((16,), 0.9)
+    x[3] = torch.nextafter(x[3], torch.tensor(1.0))
+    ref = norm_loop(x.double().tolist(), [True] * 16, [0] * 16)
+    adv = grpo_advantages(x, torch.zeros(16, dtype=torch.long))
+    assert adv.dtype == torch.float32
+    assert adv.tolist() == pytest.approx(ref, rel=1e-6)
+
+
+# --- non-finite rewards --------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_absent_member_never_enters_the_statistics(bad):
+    args = (torch.tensor([1.0, 0.0, bad]), torch.zeros(3), torch.tensor([True, True, False]),
+            torch.ones(3, dtype=torch.bool), torch.zeros(3, dtype=torch.long))
+    at, _ = slca_advantages(*args)
+    assert at.tolist() == pytest.approx([1 / math.sqrt(2), -1 / math.sqrt(2), 0.0], abs=1e-5)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_present_non_finite_reward_zeroes_its_group_only(bad):
+    r = torch.tensor([1.0, bad, 0.0, 1.0, 0.0])
+    gids = torch.tensor([0, 0, 0, 1, 1])
+    pres = torch.ones(5, dtype=torch.bool)
+    at, asum = slca_advantages(r, torch.tensor([0.2, 0.4, 0.6, 0.0, 1.0]), pres, pres, gids)
+    assert at.tolist() == pytest.approx([0, 0, 0, 1 / math.sqrt(2), -1 / math.sqrt(2)], abs=1e-5)
+    assert at[:3].tolist() == [0.0, 0.0, 0.0]
+    assert asum[:3].tolist() == pytest.approx([-1, 0, 1], abs=1e-5)  # the other segment is untouched
+    assert grpo_advantages(r, gids)[:3].tolist() == [0.0, 0.0, 0.0]
+    assert (~r.isfinite() & pres).sum() == 1                           # how a caller counts them
+
+
+def test_route_does_not_spread_nan_over_other_tokens():
+    mask = torch.tensor([[0, 1, 1, 0, 1], [0, 0, 1, 1, 0]])
+    tool, summ, tp, sp = segment_masks(mask)
+    A = route(torch.tensor([0.5, float("nan")]), torch.tensor([-1.0, 2.0]), tool, summ)  # row 1 has no tool tokens
+    assert A.tolist() == [[0, 0.5, 0.5, 0, -1], [0, 0, 2, 2, 0]]
+
+
+# --- ToolPO (Eq. 13) -----------------------------------------------------------------------------
+def test_toolpo_hand_computed():
+    # group 7: four rollouts, the last without a tool segment; group 9: a group of one
+    r_succ = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])
+    r_action = torch.tensor([1.0, 0.5, 0.0, 0.9, 0.75])
+    tp = torch.tensor([True, True, True, False, True])
+    gids, all5 = torch.tensor([7, 7, 7, 7, 9]), torch.ones(5, dtype=torch.bool)
+    a_succ, a_action = toolpo_advantages(r_succ, r_action, all5, tp, gids)
+    assert a_succ.tolist() == [0.5, -0.5, -0.5, 0.5, 1.0]      # mean 0.5; alone: verl's mean 0, std 1
+    assert a_action.tolist() == [0.5, 0.0, -0.5, 0.0, 0.0]     # mean over P_tool = 0.5; |P_tool| = 1 -> 0
+    _, a2 = toolpo_advantages(r_succ, r_action, all5, tp, gids, lam_action=2.0)
+    assert torch.equal(a2, 2 * a_action)
+    # per token: A_succ everywhere in the response, plus A_action on the tool turns
+    mask = torch.tensor([[0, 1, 1, 0, 1, 1, 0]] * 3 + [[0, 0, 0, 0, 1, 1, 0]] + [[0, 1, 0, 0, 1, 0, 0]])
+    tool, summ, _, _ = segment_masks(mask)
+    A = route(a_succ + a_action, a_succ, tool, summ)
+    assert A.tolist() == [[0, 1.0, 1.0, 0, 0.5, 0.5, 0], [0, -0.5, -0.5, 0, -0.5, -0.5, 0],
+                          [0, -1.0, -1.0, 0, -0.5, -0.5, 0], [0, 0, 0, 0, 0.5, 0.5, 0],
+                          [0, 1.0, 0, 0, 1.0, 0, 0]]
+
+
+def test_toolpo_with_std_as_the_release_ran_it():
+    r_succ = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])
+    a_succ, a_action = toolpo_advantages(r_succ, torch.tensor([1.0, 0.5, 0.0, 0.9, 0.75]),
+                                         torch.ones(5, dtype=torch.bool), torch.tensor([True, True, True, False, True]),
+                                         torch.tensor([7, 7, 7, 7, 9]), norm_by_std=True)
+    s = 0.5 / (math.sqrt(1 / 3) + EPS)   # std of (1, 0, 0, 1) is sqrt(1/3); of (1, .5, 0) is 0.5
+    assert a_succ.tolist() == pytest.approx([s, -s, -s, s, 1 / (1 + EPS)], rel=1e-6)
+    assert a_action.tolist() == pytest.approx([0.5 / (0.5 + EPS), 0, -0.5 / (0.5 + EPS), 0, 0], rel=1e-6)
+
+
+def test_toolpo_left_out_rollouts():
+    # rollout 1 is left out (e.g. a transport failure): 0 for it, and its rewards enter no mean;
+    # group 9 keeps one member of two, which then counts as a group of one; a present NaN
+    # zeroes its group (group 4), alone or not
+    nan = float("nan")
+    r_succ = torch.tensor([1.0, nan, 0.0, 1.0, 0.0, 1.0, nan, 0.0])
+    r_action = torch.tensor([1.0, nan, 0.5, 0.25, 0.0, nan, 0.0, 1.0])
+    present = torch.tensor([True, False, True, True, False, True, True, True])
+    gids = torch.tensor([7, 7, 7, 9, 9, 4, 4, 4])
+    a_succ, a_action = toolpo_advantages(r_succ, r_action, present, present, gids)
+    assert a_succ.tolist() == [0.5, 0.0, -0.5, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert a_action.tolist() == [0.25, 0.0, -0.25, 0.0, 0.0, 0.0, 0.0, 0.0]
+    lone, _ = toolpo_advantages(torch.tensor([nan]), torch.tensor([0.0]), torch.tensor([True]),
+                                torch.tensor([True]), torch.tensor([0]))
+    assert lone.tolist() == [0.0]

@@ -1,4 +1,5 @@
-"""loss.py: a hand-computed value, micro-batch invariance, and SLCA's gradient isolation."""
+"""loss.py: hand-computed values, micro-batch invariance under both aggregations, equality with
+verl's agg_loss and the released actor, non-finite masked values, and SLCA's gradient isolation."""
 import math
 
 import pytest
@@ -18,7 +19,7 @@ def test_hand_computed_value():
     ref = logp + torch.tensor([[0.0, 0.0, math.log(2.0), 0.0]])
     A = torch.tensor([[1.0, -1.0, -1.0, 10.0]])
     mask = torch.tensor([[1, 1, 1, 0]])
-    loss, st = policy_loss(logp, old, ref, A, mask, num_tokens=3)
+    loss, st = policy_loss(logp, old, ref, A, mask, norm=3)
     kl3 = 2.0 - math.log(2.0) - 1.0
     assert loss.item() == pytest.approx((-1.2 + 0.8 + 3.0 + 0.001 * kl3) / 3, rel=1e-6)
     assert st["clip_frac"] == pytest.approx(2 / 3)
@@ -26,7 +27,7 @@ def test_hand_computed_value():
     assert st["kl"] == pytest.approx(kl3 / 3, rel=1e-6)
     assert st["ratio"] == pytest.approx((1.5 + 0.5 + 5.0) / 3, rel=1e-6)
     # without KL the reference may be absent
-    loss0, _ = policy_loss(logp, old, None, A, mask, num_tokens=3, kl_beta=0.0)
+    loss0, _ = policy_loss(logp, old, None, A, mask, norm=3, kl_beta=0.0)
     assert loss0.item() == pytest.approx(2.6 / 3, rel=1e-6)
 
 
@@ -64,33 +65,175 @@ def batch(seed=0, B=8, T=12):
     return ids, mask
 
 
-def grads(model, ids, mask, A, old, ref, splits, num_tokens=None):
+def norm_of(mask, agg):
+    """Eq. 12's N for the whole mini-batch: tokens, or rows with at least one token."""
+    return int(mask.sum()) if agg == "token-mean" else int((mask.sum(-1) > 0).sum())
+
+
+def grads(model, ids, mask, A, old, ref, splits, norm=None, agg="token-mean"):
     model.zero_grad()
-    n = int(mask.sum()) if num_tokens is None else num_tokens
+    n = norm_of(mask, agg) if norm is None else norm
     for part in torch.arange(ids.shape[0]).chunk(splits):
-        loss, _ = policy_loss(model.logp(ids[part]), old[part], ref[part], A[part], mask[part], n)
+        loss, _ = policy_loss(model.logp(ids[part]), old[part], ref[part], A[part], mask[part], n, agg=agg)
         loss.backward()
     return torch.cat([p.grad.flatten().clone() for p in model.parameters()])
 
 
-def test_micro_batch_invariance():
-    model, (ids, mask) = Tiny(), batch()
+def setup(seed=0):
+    model, (ids, mask) = Tiny(), batch(seed)
+    mask[5] = 0  # a rollout dropped from the loss: adds nothing, counts in no normaliser
     g = torch.Generator().manual_seed(1)
     A = torch.randn(ids.shape, generator=g, dtype=torch.float64) * mask
     with torch.no_grad():
         lp = model.logp(ids)
     old = lp + 0.3 * torch.randn(ids.shape, generator=g, dtype=torch.float64)  # ratios off 1: clips active
     ref = lp + 0.1 * torch.randn(ids.shape, generator=g, dtype=torch.float64)
-    one, four = grads(model, ids, mask, A, old, ref, 1), grads(model, ids, mask, A, old, ref, 4)
+    return model, ids, mask, A, old, ref
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+def test_micro_batch_invariance(agg):
+    model, ids, mask, A, old, ref = setup()
+    one, four = grads(model, ids, mask, A, old, ref, 1, agg=agg), grads(model, ids, mask, A, old, ref, 4, agg=agg)
     assert one.abs().sum() > 0
     assert torch.allclose(one, four, rtol=1e-10, atol=1e-12)
-    # a per-micro-batch token mean (the bug this guards against) would differ
+    # stats add up over micro-batches as well
+    n = norm_of(mask, agg)
+    parts = [policy_loss(model.logp(ids[p]), old[p], ref[p], A[p], mask[p], n, agg=agg)[1]
+             for p in torch.arange(8).chunk(4)]
+    whole = policy_loss(model.logp(ids), old, ref, A, mask, n, agg=agg)[1]
+    for k, v in whole.items():
+        assert sum(st[k] for st in parts) == pytest.approx(v, rel=1e-5, abs=1e-9)
+
+
+def test_per_micro_batch_token_mean_is_not_invariant():
+    # the bug the normaliser guards against: a token mean inside each micro-batch
+    model, ids, mask, A, old, ref = setup()
+    one = grads(model, ids, mask, A, old, ref, 1)
     model.zero_grad()
     for part in torch.arange(8).chunk(4):
         loss, _ = policy_loss(model.logp(ids[part]), old[part], ref[part], A[part], mask[part], int(mask[part].sum()))
         (loss / 4).backward()
     wrong = torch.cat([p.grad.flatten() for p in model.parameters()])
     assert not torch.allclose(one, wrong, rtol=1e-6)
+
+
+def test_the_two_aggregations_differ():
+    # rows of different lengths: token-mean weighs long rows more, seq-mean-token-mean does not
+    model, ids, mask, A, old, ref = setup()
+    assert len(set(mask.sum(-1).tolist())) > 2
+    tok = grads(model, ids, mask, A, old, ref, 1, agg="token-mean")
+    seq = grads(model, ids, mask, A, old, ref, 1, agg="seq-mean-token-mean")
+    assert (tok - seq).norm() > 0.05 * tok.norm()
+    # equal lengths: the two coincide
+    m = torch.zeros_like(mask)
+    m[:, 2:9] = 1
+    n_seq = norm_of(m, "seq-mean-token-mean")
+    assert n_seq == 8
+    assert torch.allclose(grads(model, ids, m, A, old, ref, 1, agg="token-mean"),
+                          grads(model, ids, m, A, old, ref, 1, agg="seq-mean-token-mean"), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError):
+        policy_loss(old, old, ref, A, mask, 1, agg="seq-mean")
+
+
+# --- verl, restated in plain PyTorch: what the release's actor computes --------------------------
+def verl_agg_loss(x, m, mode):
+    """verl's core_algos.agg_loss with no global batch info (how dp_actor calls it)."""
+    m = m.to(x.dtype)
+    if mode == "token-mean":
+        return (x * m).sum() / m.sum()
+    count = m.sum(-1)
+    seq = (x * m).sum(-1) / (count + 1e-8)
+    present = (count > 0).to(x.dtype)
+    return (seq * present).sum() / present.sum()
+
+
+def verl_update(logp, old, ref, A, mask, mode, micro, eps=0.2, c=3.0, beta=0.001):
+    """dp_actor.update_policy on one mini-batch (vanilla loss, use_kl_loss, low_var_kl): the
+    sum over micro-batches of (agg(pg) + β·agg(kl)) / gradient-accumulation steps."""
+    neg_kl = (logp - old).clamp(-20, 20)
+    r = neg_kl.exp()
+    c1 = torch.maximum(-A * r, -A * r.clamp(1 - eps, 1 + eps))
+    pg = torch.where(A < 0, torch.min(-A * c, c1), c1)
+    d = (ref - logp).clamp(-20, 20)
+    kl = (d.exp() - d - 1).clamp(-10, 10)
+    parts = torch.arange(logp.shape[0]).split(micro)
+    return sum((verl_agg_loss(pg[p], mask[p], mode) + beta * verl_agg_loss(kl[p], mask[p], mode)) / len(parts)
+               for p in parts)
+
+
+def random_case(seed, B=6, T=10, empty_row=False):
+    g = torch.Generator().manual_seed(seed)
+    mask = (torch.rand(B, T, generator=g) < 0.6).long()
+    mask[:, 0] = 1
+    if empty_row:
+        mask[2] = 0
+    logp = (-2 * torch.rand(B, T, generator=g, dtype=torch.float64)).requires_grad_()
+    old = logp.detach() + 0.4 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    ref = logp.detach() + 0.5 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    A = torch.randn(B, T, generator=g, dtype=torch.float64)
+    return logp, old, ref, A, mask
+
+
+def same(ours, theirs, logp):
+    g1, = torch.autograd.grad(ours, logp)
+    g2, = torch.autograd.grad(theirs, logp)
+    assert ours.item() == pytest.approx(theirs.item(), rel=1e-7)
+    assert torch.allclose(g1, g2, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_release_setting_is_seq_mean_token_mean(seed):
+    # the release: loss_agg_mode token-mean, one rollout per micro-batch, 1/grad-accum scaling
+    logp, old, ref, A, mask = random_case(seed)
+    ours, _ = policy_loss(logp, old, ref, A, mask, mask.shape[0], agg="seq-mean-token-mean")
+    same(ours, verl_update(logp, old, ref, A, mask, "token-mean", micro=1), logp)
+    # ...which differs from a token mean over the mini-batch
+    tok, _ = policy_loss(logp, old, ref, A, mask, int(mask.sum()))
+    assert abs(tok.item() - ours.item()) > 1e-3
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize("seed", range(3))
+def test_matches_verl_agg_loss_on_one_micro_batch(mode, seed):
+    # verl's own modes over the whole mini-batch; an empty row is left out of seq-mean's count
+    logp, old, ref, A, mask = random_case(seed, empty_row=True)
+    n = int(mask.sum()) if mode == "token-mean" else int((mask.sum(-1) > 0).sum())
+    ours, _ = policy_loss(logp, old, ref, A, mask, n, agg=mode)
+    same(ours, verl_update(logp, old, ref, A, mask, mode, micro=mask.shape[0]), logp)
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+def test_non_finite_values_at_masked_positions_do_not_leak(agg):
+    nan, inf = float("nan"), float("inf")
+    mask = torch.tensor([[1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 0, 0]])
+    clean = [torch.tensor(v, dtype=torch.float64) for v in (
+        [[-1.0, -0.3, -0.5, -0.2], [-0.1, -0.2, -0.3, -0.4], [-0.7, -1.1, -0.2, -0.3]],   # logp
+        [[-1.2, -0.1, -0.4, -0.2], [-0.1, -0.2, -0.3, -0.4], [-0.2, -1.0, -0.2, -0.3]],   # old
+        [[-0.9, -0.2, -0.6, -0.2], [-0.1, -0.2, -0.3, -0.4], [-0.8, -1.5, -0.2, -0.3]],   # ref
+        [[1.0, 0.5, -2.0, 0.5], [0.0, 0.0, 0.0, 0.0], [-0.5, 0.3, 0.0, 0.0]])]            # A
+    dirty = [x.clone() for x in clean]
+    for x, bad in zip(dirty, ([nan, inf], [-inf, nan], [inf, nan], [nan, -inf])):
+        x[0, 1], x[1, 2] = bad                 # masked positions, one in the empty row
+        x[2, 3] = nan
+    n = int(mask.sum()) if agg == "token-mean" else 2
+    out = []
+    for lp, old, ref, A in (clean, dirty):
+        lp = lp.clone().requires_grad_()
+        loss, st = policy_loss(lp, old, ref, A, mask, n, agg=agg)
+        g, = torch.autograd.grad(loss, lp)
+        out.append((loss, st, g))
+    (l0, s0, g0), (l1, s1, g1) = out
+    assert torch.isfinite(l1) and l1.item() == pytest.approx(l0.item(), rel=1e-12)
+    assert s1 == pytest.approx(s0, rel=1e-6)
+    assert torch.isfinite(g1).all() and torch.equal(g1, g0)
+    assert torch.all(g1[mask == 0] == 0)
+
+
+def test_empty_mini_batch_gives_zero():
+    z = torch.zeros(2, 3)
+    loss, st = policy_loss(z, z, z, z, torch.zeros(2, 3), 0, agg="seq-mean-token-mean")
+    assert loss.item() == 0.0 and all(v == 0.0 for v in st.values())
 
 
 def test_gradient_isolation_slca_vs_grpo():
