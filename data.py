@@ -1,19 +1,36 @@
 """Every data layout of SPEC §8 loaded into one `Task` (RL / eval) or one chat (SFT).
 
-Reads `.parquet` (needs pyarrow, imported only then), `.jsonl` and `.json` (a list of rows,
-or JSON lines). The layout is detected per row:
+Files: `.parquet` (needs pyarrow, imported only then; read batch by batch), `.jsonl`, and
+`.json` (one JSON array of rows, or JSON lines). Text is read as UTF-8 with or without a BOM
+and split on "\\n" only (a U+2028 inside a string is text, not a line break). The layout is
+detected per row:
 
-- SLCA release rows (verl layout): `prompt` (list of {role, content}; the system message
-  already holds the tools), `tools` (JSON string, OpenAI list), `reward_model.ground_truth`
-  = {allowed_tools, gold_tool_calls, question_content, tool_schemas, subset_name,
-  reference_facts?}, `extra_info` = {parallel_type, tool_responses?}.
-- Upstream Toucan-1.5M rows: `messages` (JSON string; roles user, assistant, tool_call,
-  tool_response; a tool_call's content is a Python-literal dict whose `arguments` is a JSON
-  string), `tools` or `available_tools`, `question`, `target_tools`, `subset_name`.
-- SFT rows (`load_sft`): `conversations` = [{from: system|human|gpt, value}], or `messages`
-  already in {role, content} form.
+- SLCA release RL / eval rows (verl layout, `toucan_toolcall_rl.parquet`,
+  `toucan_eval_4k_unified.parquet`, `data/samples/toucan_toolcall_rl.preview.jsonl`):
+  `prompt` (list of {role, content}; the system message already holds the tools), `tools`
+  (JSON string, OpenAI list), `reward_model.ground_truth` = {allowed_tools, gold_tool_calls,
+  question_content, tool_schemas, subset_name, reference_facts?}, `extra_info` =
+  {parallel_type?, tool_responses?}.
+- Upstream Toucan-1.5M rows, and the release's LLaMA-Factory SFT JSON (what its
+  convert_sft_parquet_to_json.py writes, and `data/samples/toucan_toolcall_sft.preview.jsonl`):
+  `messages` (JSON string or list; roles user, assistant, tool_call, tool_response; one
+  tool_call message per call; its content a Python-literal dict `{'name': .., 'arguments':
+  '<JSON string>'}`, never eval'd, or the same in JSON, or a JSON list of calls), `tools`
+  or `available_tools`, and for Toucan `question`, `target_tools`, `subset_name`.
+- SFT rows of the release's raw parquet (`toucan_toolcall_sft_split_42k.parquet`):
+  `conversations` = [{from: system|human|gpt, value}], the <tools>, <tool_call> and
+  <tool_response> markup inside the text; or `messages` already in {role, content} form.
 
-Simplifications, on purpose:
+`load_tasks` reads the first two (an SFT JSON row is also a Toucan row); `load_sft` reads
+the last two and the LLaMA-Factory JSON. An SFT chat is a list of {role, content} in the
+Hermes text form of the shipped world (data/world/sft.jsonl): a run of tool_call messages is
+one assistant turn holding ONE `<tool_call>\\n[...]\\n</tool_call>` block with the list of
+{"name", "arguments"}; a run of tool_response messages is one user turn of
+`<tool_response>\\n...\\n</tool_response>` blocks; when no system message holds <tools>, the
+row's tools go into the system message as `tiny.tools_prompt` writes them (after the system
+text, if any).
+
+Simplifications, on purpose (flags):
 - Gold calls go through `rewards.normalize_gold` (SPEC §2.1), so every form (JSON string,
   nested, flat, bare names) ends up as nested steps of {"name", "arguments": dict}.
 - A Toucan row becomes one task: the prompt is every message before the first assistant /
@@ -22,24 +39,66 @@ Simplifications, on purpose:
   step, and each tool_response is paired with the oldest unanswered call. Its allowed tools
   are the offered tools' names (`target_tools` only when no tools are offered).
 - `parallel_type` missing from a row is derived from the gold steps (`parallel_type_of`).
-- A malformed row raises ValueError "FILE row I: field 'F': why" (I counts rows; blank lines
-  of a JSONL file are not rows). With skip_bad=True it is skipped instead; the returned
-  list's `.skipped` holds the count, and one line naming it and the first error goes to stderr.
+- In an SFT chat, consecutive user turns, and consecutive assistant turns, are joined with
+  "\\n": the assistant text before a tool call and the call are one turn, as Qwen's template
+  renders an assistant message with tool_calls (rollout.py ends a trajectory at a turn
+  without a call, so a split turn would teach the policy to stop early). The release's
+  LLaMA-Factory config keeps them as separate messages.
+
+Errors. Every problem is a `DataError` (a ValueError) whose text is one line:
+- a bad row: "FILE row N: field 'F': why" (or "FILE row N: Kind: why" for any other
+  failure), N being the 1-based line of a JSONL file (blank lines count, and are skipped) or
+  the 1-based row of a parquet file or JSON array. Whatever goes wrong inside a row (not
+  JSON, not UTF-8, nested too deep, a huge integer, a wrong type) is that row's error. With
+  skip_bad=True bad rows are skipped instead: the returned list's `.skipped` holds the
+  count, and one line naming it and the first error goes to stderr.
+- a file that cannot be read, or a JSON array that is not one (never closed, text after
+  it): "FILE: why".
+- a file with no usable row (empty, or every row bad): "FILE: no usable rows (...)".
+- `release_files()` when a split is neither in the Hugging Face cache nor downloadable: one
+  line naming the `hf download` command (FETCH) that fetches the splits.
+JSON goes through `segment.loads` (bounded length and depth); a row is at most
+MAX_ROW_CHARS characters, a tool_call message at most segment.MAX_JSON_CHARS.
+
+Fetching (SPEC §8). `release_files()` gives the local paths of the release's RL, eval and
+SFT (42k split, the main table's) parquet files from the Hugging Face dataset
+YanZhanPKU/SLCA-GRPO-Datasets: from the local cache when they are there (no network),
+else downloaded with huggingface_hub.
+
+Prompt length. The release drops prompts over 24,576 tokens; `drop_long(tasks, n_tokens)`
+does the same with the caller's token counter and says how many went.
 
     python data.py data/world/rl.jsonl data/world/sft.jsonl    # load files, print a summary
+    python data.py release                                      # fetch the release's splits, summarize
 """
 import ast
 import json
+import logging
+import re
 import sys
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 
 from rewards import normalize_gold
+from segment import MAX_JSON_CHARS, MAX_JSON_DEPTH, loads
 
 PARALLEL_TYPES = ("single_step_single_tool", "single_step_parallel", "multi_step_all_serial",
                   "multi_step_has_parallel", "multi_step_all_parallel", "irrelevant")
 SUBSETS = ("tool_call", "irrelevant")
-SFT_ROLES = {"system": "system", "human": "user", "gpt": "assistant"}
+SFT_ROLES = {"system": "system", "human": "user", "gpt": "assistant"}  # ShareGPT `from` -> role
+# bound on one row's JSON text and on any JSON string in it: linear time, a few hundred MB at
+# worst, and far above any released row (the preview rows are under 20 KB)
+MAX_ROW_CHARS = 32_000_000
+MAX_PROMPT_TOKENS = 24_576  # the release's data.max_prompt_length: longer prompts are dropped (SPEC §6)
+JSON_SPACE = " \t\r\n"  # JSON's whitespace: a line of only these is blank (str.strip() would also eat U+2028, \x1c, ...)
+BAD_UTF8 = re.compile("[\udc80-\udcff]")  # what decoding with errors="surrogateescape" leaves for a bad byte
+
+# the release's splits on the Hugging Face hub (SPEC §8)
+RELEASE = "YanZhanPKU/SLCA-GRPO-Datasets"
+RELEASE_FILES = {"rl": "toucan_toolcall_rl.parquet", "eval": "toucan_eval_4k_unified.parquet",
+                 "sft": "toucan_toolcall_sft_split_42k.parquet"}
+FETCH = f"hf download {RELEASE} {' '.join(RELEASE_FILES.values())} --repo-type dataset"
 
 
 @dataclass
@@ -54,7 +113,7 @@ class Task:
     responses: list[dict] = field(default_factory=list)  # recorded tool responses: {"name", "arguments": dict, "response": str}
     facts: list[str] = field(default_factory=list)       # reference facts a correct summary must state
     source: str = ""          # file it came from
-    row: int = -1             # index in that file
+    row: int = -1             # its 1-based row there, as errors count them (JSONL: the line)
 
 
 class Loaded(list):
@@ -62,8 +121,12 @@ class Loaded(list):
     skipped = 0
 
 
+class DataError(ValueError):
+    """A data file, one of its rows, or the release download cannot be used; the text is one line."""
+
+
 class BadField(Exception):
-    """A row field is malformed; the loader adds the file and row index."""
+    """A row field is malformed; the loader adds the file and row."""
 
     def __init__(self, name, why):
         super().__init__(f"field '{name}': {why}")
@@ -91,56 +154,161 @@ def load_sft(path, skip_bad=False):
     return _load(path, _chat, skip_bad)
 
 
+def drop_long(items, n_tokens, max_tokens=MAX_PROMPT_TOKENS):
+    """(items whose prompt is at most max_tokens long, how many were dropped).
+
+    `n_tokens(item)` is the prompt's length as the policy will see it, e.g.
+    `lambda t: len(rollout.prompt_ids(tok, t))` (the release counts the chat-templated prompt).
+    """
+    kept = [x for x in items if n_tokens(x) <= max_tokens]
+    return kept, len(items) - len(kept)
+
+
+def release_files():
+    """Local paths {"rl", "eval", "sft"} of the release's splits, from the Hugging Face cache
+    (no network needed then) or downloaded into it; DataError naming FETCH otherwise."""
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        raise DataError(f"fetching the release needs huggingface_hub (pip install huggingface_hub), "
+                        f"then: {FETCH}") from None
+    log = logging.getLogger("huggingface_hub")
+    level = log.level
+    log.setLevel(logging.ERROR)  # offline, its retry warnings would bury the one line below
+    try:
+        paths = {}
+        for key, name in RELEASE_FILES.items():
+            for cached_only in (True, False):
+                try:
+                    paths[key] = hf_hub_download(RELEASE, name, repo_type="dataset", local_files_only=cached_only)
+                    break
+                except Exception as e:  # not cached; offline, hub unreachable, no such file, ...
+                    why = type(e).__name__
+            else:
+                raise DataError(f"{RELEASE}/{name} is not in the Hugging Face cache and could not be "
+                                f"downloaded ({why}); fetch the splits with: {FETCH}")
+        return paths
+    finally:
+        log.setLevel(level)
+
+
+# --- files and rows -------------------------------------------------------------------------
+
 def _load(path, parse, skip_bad):
-    out, errors = Loaded(), []
-    for i, row in enumerate(_rows(path)):
+    out, errors, n = Loaded(), [], 0
+    for i, row in _rows(path):
+        n += 1
         try:
-            if isinstance(row, BadField):  # a line that was not JSON
+            if isinstance(row, BadField):  # a row that was not readable JSON
                 raise row
             if not isinstance(row, dict):
                 raise BadField("<row>", f"expected an object, got {type(row).__name__}")
             item = parse(row)
-        except BadField as e:
-            err = ValueError(f"{path} row {i}: {e}")
+        except Exception as e:  # noqa: BLE001 -- whatever goes wrong inside a row is that row's error
+            err = f"{path} row {i}: {_why(e)}"
             if not skip_bad:
-                raise err from None
+                raise DataError(err) from None
             errors.append(err)
             continue
         if isinstance(item, Task):
             item.source, item.row = str(path), i
         out.append(item)
     out.skipped = len(errors)
+    if not out:
+        detail = f"all {n} rows bad; first: {errors[0]}" if errors else "no rows"
+        raise DataError(f"{path}: no usable rows ({detail})")
     if errors:
         print(f"warning: skipped {len(errors)} bad row(s) of {path}; first: {errors[0]}", file=sys.stderr)
     return out
 
 
+def _why(e):
+    """One line for an exception: a BadField's own text, else its kind and message."""
+    why = str(e) if isinstance(e, BadField) else f"{type(e).__name__}: {e}"
+    return why.replace("\r", " ").replace("\n", " ")[:500]
+
+
 def _rows(path):
-    """Raw rows of a file. A JSON line that does not parse comes back as a BadField."""
+    """(row number, raw row) for each row of a file; a row that is not readable JSON comes
+    back as a BadField, so the loader can name or skip it."""
     path = Path(path)
+    if path.suffix not in (".parquet", ".jsonl", ".json"):
+        raise DataError(f"{path}: expected a .parquet, .jsonl or .json file")
     if path.suffix == ".parquet":
+        return _parquet_rows(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read it ({e.strerror or e})") from None
+    text = data.decode("utf-8-sig", errors="surrogateescape")  # a bad byte stays visible, per row
+    if path.suffix == ".json" and text.lstrip(JSON_SPACE).startswith("["):
+        return enumerate(_array_rows(path, text), start=1)
+    return ((i, _row(line)) for i, line in enumerate(text.split("\n"), start=1) if line.strip(JSON_SPACE))
+
+
+def _parquet_rows(path):
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(f"reading {path} needs pyarrow: pip install pyarrow") from None
+    i = 0
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+            for row in batch.to_pylist():
+                i += 1
+                yield i, row
+    except Exception as e:  # noqa: BLE001 -- missing, unreadable or corrupt: one line naming the file
+        raise DataError(f"{path}: cannot read it as parquet ({_why(e)})") from None
+
+
+def _row(text):
+    """One row's JSON text -> the parsed value, or a BadField saying why it is not one."""
+    bad = BAD_UTF8.search(text)
+    if bad:
+        return BadField("<row>", f"not UTF-8 text (byte 0x{ord(bad.group()) - 0xDC00:02X} at character {bad.start() + 1})")
+    try:
+        return loads(text, max_chars=MAX_ROW_CHARS)
+    except ValueError as e:
+        return BadField("<row>", f"not JSON ({e})")
+
+
+def _array_rows(path, text):
+    """The rows of a JSON array file. The whole array is parsed at once; if that fails, the
+    items are cut apart by one scan (strings skipped, brackets counted) and parsed one by
+    one, so that a bad item is its own row's error and does not hide the others."""
+    if not BAD_UTF8.search(text):
         try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise ImportError(f"reading {path} needs pyarrow: pip install pyarrow") from None
-        return pq.read_table(path).to_pylist()
-    if path.suffix not in (".jsonl", ".json"):
-        raise ValueError(f"{path}: expected a .parquet, .jsonl or .json file")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not a JSON array ({e})") from None
-    rows = []
-    for line in text.splitlines():  # JSON lines (.jsonl, or .json written line by line)
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            rows.append(BadField("<line>", f"not JSON ({e})"))
-    return rows
+            return loads(text, max_chars=len(text), max_depth=MAX_JSON_DEPTH + 1)
+        except ValueError:
+            pass
+    items, depth, in_str, esc, start = [], 0, False, False, None
+    for i, ch in enumerate(text):
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth == 1:
+                start = i + 1
+        elif ch in "]}" or (ch == "," and depth == 1):
+            if depth == 1:  # the end of an item
+                items.append(text[start:i])
+                start = i + 1
+            if ch != ",":
+                depth -= 1
+            if depth == 0:
+                if text[i + 1:].strip():
+                    raise DataError(f"{path}: text after the JSON array's closing bracket")
+                if len(items) == 1 and not items[0].strip(JSON_SPACE):  # "[]"
+                    items = []
+                return [_row(item) for item in items]
+    raise DataError(f"{path}: the JSON array is never closed (after {len(items)} rows)")
 
 
 # --- field helpers: each raises BadField naming the field ---------------------------------
@@ -149,8 +317,8 @@ def _json(value, name, kind):
     """`value`, parsed first when it is a JSON string; must be an instance of `kind`."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
+            value = loads(value, max_chars=MAX_ROW_CHARS)
+        except ValueError as e:
             raise BadField(name, f"not JSON ({e})") from None
     if not isinstance(value, kind):
         what = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
@@ -232,6 +400,27 @@ def _parallel_type(value, name, gold):
     return value
 
 
+def _calls(content, name):
+    """The calls of one tool_call message: a dict {"name", "arguments"} or a list of them, in
+    JSON or as a Python literal (Toucan writes str(dict); parsed, never eval'd), its arguments
+    a dict or a JSON string."""
+    if len(content) > MAX_JSON_CHARS:  # also bounds the Python parser's time and memory below
+        raise BadField(name, f"{len(content)} characters, over the limit of {MAX_JSON_CHARS}")
+    try:
+        value = loads(content)
+    except ValueError:
+        try:  # deep nesting is a SyntaxError or MemoryError of the parser; loads bounds the result
+            value = loads(json.dumps(ast.literal_eval(content)))
+        except Exception as e:  # noqa: BLE001 -- SyntaxError, ValueError, TypeError (a set), MemoryError, ...
+            raise BadField(name, f"not JSON or a Python literal ({_why(e)[:200]})") from None
+    out = []
+    for c in value if isinstance(value, list) else [value]:
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            raise BadField(name, "expected a call with a string 'name'")
+        out.append({"name": c["name"], "arguments": _json(c.get("arguments") or {}, f"{name}.arguments", dict)})
+    return out
+
+
 # --- row parsers ----------------------------------------------------------------------------
 
 def _task(row):
@@ -282,11 +471,11 @@ def _toucan_task(row):
         if m["role"] == "user":  # the next turn of a multi-turn conversation: stop
             break
         if m["role"] == "tool_call":
-            call = _toucan_call(m["content"], f"messages[{j}].content")
+            calls = _calls(m["content"], f"messages[{j}].content")
             if prev != "tool_call":  # a new run of consecutive calls is a new step
                 gold.append([])
-            gold[-1].append(call)
-            pending.append(call)
+            gold[-1] += calls
+            pending += calls
         elif m["role"] == "tool_response" and pending:
             call = pending.pop(0)
             responses.append({**call, "response": m["content"]})
@@ -308,40 +497,65 @@ def _toucan_task(row):
     )
 
 
-def _toucan_call(content, name):
-    """A Toucan tool_call: a Python-literal dict (never eval'd) whose arguments are JSON."""
-    try:
-        call = ast.literal_eval(content) if isinstance(content, str) else content
-    except (ValueError, SyntaxError) as e:
-        raise BadField(name, f"not a Python literal ({e})") from None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        raise BadField(name, "expected a dict with a string 'name'")
-    args = _json(call.get("arguments") or {}, f"{name}.arguments", dict)
-    return {"name": call["name"], "arguments": args}
-
-
 def _chat(row):
     if "conversations" in row:
-        turns = _json(row["conversations"], "conversations", list)
-        out = []
-        for j, t in enumerate(turns):
+        chat = []
+        for j, t in enumerate(_json(row["conversations"], "conversations", list)):
             if not isinstance(t, dict) or t.get("from") not in SFT_ROLES:
                 raise BadField(f"conversations[{j}].from", f"expected one of {sorted(SFT_ROLES)}")
-            out.append({"role": SFT_ROLES[t["from"]], "content": _str(t.get("value"), f"conversations[{j}].value")})
-        return out
-    if "messages" in row:
-        return _messages(row["messages"], "messages", {"system", "user", "assistant", "tool"})
-    raise BadField("<row>", "expected 'conversations' or 'messages'")
+            chat.append({"role": SFT_ROLES[t["from"]], "content": _str(t.get("value"), f"conversations[{j}].value")})
+        return _joined(chat)
+    if "messages" not in row:
+        raise BadField("<row>", "expected 'conversations' or 'messages'")
+    messages = _messages(row["messages"], "messages",
+                         {"system", "user", "assistant", "tool", "tool_call", "tool_response"})
+    chat = []
+    for is_call, run in groupby(enumerate(messages), key=lambda jm: jm[1]["role"] == "tool_call"):
+        if is_call:  # one assistant turn, one block, the list of the run's calls
+            calls = [c for j, m in run for c in _calls(m["content"], f"messages[{j}].content")]
+            block = "<tool_call>\n" + json.dumps(calls, ensure_ascii=False) + "\n</tool_call>"
+            chat.append({"role": "assistant", "content": block})
+        else:
+            for _, m in run:
+                if m["role"] == "tool_response":
+                    m = {"role": "user", "content": f"<tool_response>\n{m['content']}\n</tool_response>"}
+                chat.append(m)
+    key = "tools" if row.get("tools") is not None else "available_tools"
+    tools = _tools(row.get(key) or [], key)
+    if tools and not any(m["role"] == "system" and "<tools>" in m["content"] for m in chat):
+        from tiny import tools_prompt  # here, not at the top: tiny imports transformers (seconds)
+        if chat and chat[0]["role"] == "system":
+            chat[0] = {"role": "system", "content": chat[0]["content"] + "\n\n" + tools_prompt(tools)}
+        else:
+            chat.insert(0, {"role": "system", "content": tools_prompt(tools)})
+    return _joined(chat)
+
+
+def _joined(chat):
+    """Consecutive user turns, and consecutive assistant turns, joined with "\\n"."""
+    out = []
+    for m in chat:
+        if out and m["role"] == out[-1]["role"] and m["role"] in ("user", "assistant"):
+            out[-1] = {"role": m["role"], "content": out[-1]["content"] + "\n" + m["content"]}
+        else:
+            out.append(m)
+    return out
+
+
+def _summary(path, sft):
+    if sft:
+        chats = load_sft(path)
+        return f"{path}: {len(chats)} SFT chats, {sum(len(c) for c in chats)} messages"
+    kinds = {}
+    for t in load_tasks(path):
+        kinds[t.parallel_type] = kinds.get(t.parallel_type, 0) + 1
+    return f"{path}: {sum(kinds.values())} tasks, {kinds}"
 
 
 if __name__ == "__main__":
-    for p in sys.argv[1:]:  # a file whose name starts with "sft" holds SFT chats
-        if Path(p).name.startswith("sft"):
-            chats = load_sft(p)
-            print(f"{p}: {len(chats)} SFT chats, {sum(len(c) for c in chats)} messages")
-        else:
-            tasks = load_tasks(p)
-            kinds = {}
-            for t in tasks:
-                kinds[t.parallel_type] = kinds.get(t.parallel_type, 0) + 1
-            print(f"{p}: {len(tasks)} tasks, {kinds}")
+    try:
+        paths = list(release_files().values()) if sys.argv[1:] == ["release"] else sys.argv[1:]
+        for p in paths:
+            print(_summary(p, "sft" in Path(p).name))  # a file named *sft* holds SFT chats
+    except DataError as e:
+        sys.exit(f"error: {e}")

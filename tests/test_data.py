@@ -1,16 +1,24 @@
-"""data.py loaders on every layout (good and malformed rows) and the shipped tool world."""
+"""data.py loaders on every layout (the release's preview rows, good, malformed and hostile rows,
+fuzzed rows), the release download (mocked) and the shipped tool world."""
+import ast
 import collections
+import copy
+import functools
 import importlib.util
+import itertools
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from data import PARALLEL_TYPES, Task, load_sft, load_tasks, parallel_type_of
+import data
+from data import PARALLEL_TYPES, DataError, Task, drop_long, load_sft, load_tasks, parallel_type_of, release_files
 from rewards import FactsJudge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +89,7 @@ def test_verl_nested_gold_responses_and_facts(tmp_path):
     assert t.responses == [{"name": "get_weather", "arguments": {"city": "Paris"}, "response": "{\"temp\": 18}"},
                            {"name": "get_weather", "arguments": {"city": "Rome"}, "response": "{\"temp\": 25}"}]
     assert t.facts == ["18", "Rome"]
-    assert (t.source, t.row) == (str(p), 0)
+    assert (t.source, t.row) == (str(p), 1)
 
 
 def test_verl_preview_flat_names(tmp_path):
@@ -123,7 +131,7 @@ def test_toucan_literal_is_never_evaluated(tmp_path):
     msgs = json.loads(row["messages"])
     msgs[2]["content"] = "__import__('os').system('touch " + str(tmp_path / "pwned") + "')"
     row["messages"] = json.dumps(msgs)
-    with pytest.raises(ValueError, match=r"row 0: field 'messages\[2\]\.content'"):
+    with pytest.raises(ValueError, match=r"row 1: field 'messages\[2\]\.content'"):
         load_tasks(write_jsonl(tmp_path / "t.jsonl", [row]))
     assert not (tmp_path / "pwned").exists()
 
@@ -138,21 +146,21 @@ def test_toucan_literal_is_never_evaluated(tmp_path):
      "extra_info.tool_responses[0].arguments"),
     (toucan_row(messages="[{\"role\": \"user\""), "messages"),
     ({"foo": 1}, "<row>"),
-    ("{not json", "<line>"),
+    ("{not json", "<row>"),
 ])
 def test_malformed_task_row_names_file_row_and_field(tmp_path, bad, field):
     p = write_jsonl(tmp_path / "x.jsonl", [verl_row(NESTED), bad])
     with pytest.raises(ValueError) as e:
         load_tasks(p)
-    assert str(e.value).startswith(f"{p} row 1: field '{field}': ")
+    assert str(e.value).startswith(f"{p} row 2: field '{field}': ")
 
 
 def test_skip_bad_skips_and_reports(tmp_path, capsys):
     p = write_jsonl(tmp_path / "x.jsonl", [verl_row(NESTED), verl_row("nope"), toucan_row(), "{bad"])
     tasks = load_tasks(p, skip_bad=True)
-    assert [t.row for t in tasks] == [0, 2] and tasks.skipped == 2
+    assert [t.row for t in tasks] == [1, 3] and tasks.skipped == 2
     err = capsys.readouterr().err
-    assert "skipped 2 bad row(s)" in err and "row 1: field 'reward_model.ground_truth.gold_tool_calls'" in err
+    assert "skipped 2 bad row(s)" in err and "row 2: field 'reward_model.ground_truth.gold_tool_calls'" in err
     assert load_tasks(write_jsonl(tmp_path / "ok.jsonl", [verl_row(NESTED)]), skip_bad=True).skipped == 0
 
 
@@ -175,7 +183,7 @@ def test_sft_conversations_and_messages(tmp_path):
     assert chats[1] == msgs["messages"]
     bad = {"conversations": [{"from": "human", "value": "x"}, {"from": "robot", "value": "y"}]}
     p = write_jsonl(tmp_path / "bad.jsonl", [conv, bad])
-    with pytest.raises(ValueError, match=re.escape(f"{p} row 1: field 'conversations[1].from'")):
+    with pytest.raises(ValueError, match=re.escape(f"{p} row 2: field 'conversations[1].from'")):
         load_sft(p)
     assert load_sft(p, skip_bad=True).skipped == 1
 
@@ -200,10 +208,16 @@ def test_parallel_type_of():
 
 # --- the shipped world --------------------------------------------------------------------
 
-def test_generator_is_deterministic_for_a_seed(tmp_path):
+def run_make_world(monkeypatch, *args):
+    """data/make_world.py's command line, run in this process (a subprocess would spend
+    seconds importing transformers again)."""
+    monkeypatch.setattr(sys, "argv", ["make_world.py", *map(str, args)])
+    make_world.main()
+
+
+def test_generator_is_deterministic_for_a_seed(tmp_path, monkeypatch):
     def run(seed, out):
-        subprocess.run([sys.executable, str(ROOT / "data" / "make_world.py"), "--seed", str(seed),
-                        "--out", str(out), "--scale", "0.03"], check=True, capture_output=True)
+        run_make_world(monkeypatch, "--seed", seed, "--out", out, "--scale", "0.03")
         return {f: (out / f).read_bytes() for f in ("sft.jsonl", "rl.jsonl", "eval.jsonl")}
     a, b, c = run(0, tmp_path / "a"), run(0, tmp_path / "b"), run(1, tmp_path / "c")
     assert a == b
@@ -211,9 +225,8 @@ def test_generator_is_deterministic_for_a_seed(tmp_path):
     assert len(load_sft(tmp_path / "a" / "sft.jsonl")) == 60 and len(load_tasks(tmp_path / "a" / "rl.jsonl")) == 30
 
 
-def test_shipped_files_are_the_generator_output(tmp_path):
-    subprocess.run([sys.executable, str(ROOT / "data" / "make_world.py"), "--seed", "0", "--out", str(tmp_path)],
-                   check=True, capture_output=True)
+def test_shipped_files_are_the_generator_output(tmp_path, monkeypatch):
+    run_make_world(monkeypatch, "--seed", 0, "--out", tmp_path)
     for f in ("sft.jsonl", "rl.jsonl", "eval.jsonl"):
         assert (tmp_path / f).read_bytes() == (WORLD / f).read_bytes(), f
 
@@ -346,3 +359,337 @@ def test_system_prompt_is_qwen_hermes_form():
     assert [json.loads(line) for line in body.split("\n")] == tools
     assert s.endswith("<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>")
     assert body.split("\n")[0] == json.dumps(tools[0])  # ", " and ": " separators, as Jinja's tojson
+
+
+# --- the release's files and layouts ----------------------------------------------------------
+# tests/fixtures/*.preview.jsonl: rows copied verbatim from the release (SLCA-GRPO/SLCA-GRPO at
+# 68539c5, data/samples/): RL rows 1 and 5 (a tool call, an irrelevant question), SFT rows 1
+# and 4 (a parallel step then two serial calls; one call). The eval split has the RL layout.
+FIXTURES = ROOT / "tests" / "fixtures"
+RL_PREVIEW = FIXTURES / "toucan_toolcall_rl.preview.jsonl"
+SFT_PREVIEW = FIXTURES / "toucan_toolcall_sft.preview.jsonl"
+
+
+def test_release_rl_preview_rows_load_as_tasks(tmp_path):
+    a, b = load_tasks(RL_PREVIEW)
+    assert a.gold == [[{"name": "think-tool-server-think", "arguments": {}}]]  # a flat list of names
+    assert (a.subset, a.parallel_type, a.allowed_tools) == ("tool_call", "single_step_single_tool", ["think-tool-server-think"])
+    assert [m["role"] for m in a.messages] == ["system", "user"] and "<tools>" in a.messages[0]["content"]
+    assert a.question == a.messages[1]["content"] and a.question.startswith("I need to develop a detailed, step\u2011by\u2011step")
+    assert (b.gold, b.subset, b.parallel_type, len(b.tools)) == ([], "irrelevant", "irrelevant", 4)
+    assert b.allowed_tools[0] == "pok\u00e9mcp-random-pokemon"
+    # the release ships these splits as parquet: the same rows from a parquet file (structs, lists)
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    rows = [json.loads(line) for line in RL_PREVIEW.read_text(encoding="utf-8").splitlines()]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "toucan_eval_4k_unified.parquet")
+    strip = lambda t: {**vars(t), "source": ""}  # noqa: E731
+    assert [strip(t) for t in load_tasks(tmp_path / "toucan_eval_4k_unified.parquet")] == [strip(a), strip(b)]
+
+
+def tool_prompt(tools):
+    from tiny import tools_prompt
+    return tools_prompt(tools)
+
+
+def test_release_sft_json_rows_load_as_chats_and_tasks(tmp_path):
+    rows = [json.loads(line) for line in SFT_PREVIEW.read_text(encoding="utf-8").splitlines()]
+    first, second = load_sft(SFT_PREVIEW)  # today's loader stopped at the first tool_call message
+    tools = json.loads(rows[1]["tools"])
+    msgs = json.loads(rows[1]["messages"])
+    assert second == [
+        {"role": "system", "content": tool_prompt(tools)},  # the row has no system message: its tools make one
+        {"role": "user", "content": msgs[0]["content"]},
+        {"role": "assistant", "content": msgs[1]["content"] + "\n<tool_call>\n" + json.dumps(
+            [{"name": "flux-imagegen-server-generateImageUrl", "arguments": {
+                "prompt": "A sleek wind turbine farm glistening under a bright sunrise", "enhance": True}}]) + "\n</tool_call>"},
+        {"role": "user", "content": "<tool_response>\n" + msgs[3]["content"] + "\n</tool_response>"},
+        {"role": "assistant", "content": msgs[4]["content"]}]
+    # row 1: two tool_call messages in a row are one parallel step: one turn, one block, a list of two
+    assert [m["role"] for m in first] == ["system", "user"] + ["assistant", "user"] * 3 + ["assistant"]
+    step = first[2]["content"].split("<tool_call>\n")[1].split("\n</tool_call>")[0]
+    assert [c["arguments"]["location"] for c in json.loads(step)] == ["42.3601,-71.0589", "41.8781,-87.6298"]
+    assert first[3]["content"].count("<tool_response>\n") == 2 and first[3]["content"].endswith("</tool_response>")
+    assert first[-1]["content"].startswith("## Cross-Country Bike Race Weather Summary")
+    # what the release's materialiser writes: one JSON array of {messages, tools} (the metadata
+    # columns dropped); and `messages` already decoded to a list
+    p = tmp_path / "toucan_toolcall_sft.json"
+    p.write_text(json.dumps([{"messages": r["messages"], "tools": r["tools"]} for r in rows]), encoding="utf-8")
+    assert load_sft(p) == [first, second]
+    p = write_jsonl(tmp_path / "sft_lists.jsonl", [{**r, "messages": json.loads(r["messages"])} for r in rows])
+    assert load_sft(p) == [first, second]
+    # an SFT JSON row is a Toucan row too: it loads as a task
+    t1, t2 = load_tasks(SFT_PREVIEW)
+    assert [len(step) for step in t1.gold] == [2, 1, 1] and t1.parallel_type == "multi_step_has_parallel"
+    assert t1.responses[2] == {"name": "advanced-calculator-server-add", "arguments": {"a": 70, "b": 72}, "response": "142"}
+    assert (t2.question, t2.messages) == (rows[1]["question"], [msgs[0]])
+
+
+def as_conversations(row):
+    """An SFT JSON row written back in the layout of the release's raw SFT parquet: ShareGPT
+    turns, the tools in the system turn, a gpt turn per text and per run of calls, a human
+    turn per tool response (the inverse of the release's convert_sft_parquet_to_json.py)."""
+    turns = [{"from": "system", "value": tool_prompt(json.loads(row["tools"]))}]
+    for role, run in itertools.groupby(json.loads(row["messages"]), key=lambda m: m["role"]):
+        run = list(run)
+        if role == "tool_call":
+            calls = [ast.literal_eval(m["content"]) for m in run]
+            calls = [{"name": c["name"], "arguments": json.loads(c["arguments"])} for c in calls]
+            turns.append({"from": "gpt", "value": "<tool_call>\n" + json.dumps(calls, ensure_ascii=False) + "\n</tool_call>"})
+        for m in run if role != "tool_call" else []:
+            frm = {"user": "human", "assistant": "gpt", "tool_response": "human"}[role]
+            value = f"<tool_response>\n{m['content']}\n</tool_response>" if role == "tool_response" else m["content"]
+            turns.append({"from": frm, "value": value})
+    return {"conversations": turns}
+
+
+def test_release_sft_parquet_layout_gives_the_same_chats(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    rows = [json.loads(line) for line in SFT_PREVIEW.read_text(encoding="utf-8").splitlines()]
+    p = tmp_path / "toucan_toolcall_sft_split_42k.parquet"
+    pq.write_table(pa.Table.from_pylist([as_conversations(r) for r in rows]), p)
+    assert load_sft(p) == load_sft(SFT_PREVIEW)
+
+
+def test_release_files_come_from_the_cache_or_the_hub():
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def download(repo_id, filename, repo_type=None, local_files_only=False, **kw):
+        if local_files_only and filename.startswith("toucan_eval"):
+            raise LocalEntryNotFoundError("not in the cache")
+        return f"/hf/{filename}"
+    with mock.patch("huggingface_hub.hf_hub_download", side_effect=download) as hub:
+        paths = release_files()
+    assert paths == {"rl": "/hf/toucan_toolcall_rl.parquet", "eval": "/hf/toucan_eval_4k_unified.parquet",
+                     "sft": "/hf/toucan_toolcall_sft_split_42k.parquet"}
+    calls = [(c.args, c.kwargs) for c in hub.call_args_list]
+    assert all(a[0] == "YanZhanPKU/SLCA-GRPO-Datasets" and k["repo_type"] == "dataset" for a, k in calls)
+    assert [a[1] for a, k in calls if not k["local_files_only"]] == ["toucan_eval_4k_unified.parquet"]  # only it was fetched
+
+
+def test_release_files_offline_and_not_cached_is_one_clear_line(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the real call, no network, an empty cache
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(DataError) as e:
+        release_files()
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("YanZhanPKU/SLCA-GRPO-Datasets/toucan_toolcall_rl.parquet is not in")
+    assert msg.endswith("fetch the splits with: hf download YanZhanPKU/SLCA-GRPO-Datasets toucan_toolcall_rl.parquet "
+                        "toucan_eval_4k_unified.parquet toucan_toolcall_sft_split_42k.parquet --repo-type dataset")
+    with mock.patch("huggingface_hub.hf_hub_download", side_effect=OSError("unreachable")):
+        with pytest.raises(DataError, match=r"\(OSError\); fetch the splits with: hf download "):
+            release_files()
+
+
+def test_drop_long_drops_prompts_over_the_release_limit(tmp_path):
+    big = verl_row(NESTED)
+    big["prompt"][1]["content"] = "weather? " * 120_000  # a 1 MB row: it loads (no JSON limit hit) ...
+    tasks = load_tasks(write_jsonl(tmp_path / "rl.jsonl", [verl_row(NESTED), big, verl_row(NESTED)]))
+    assert data.MAX_PROMPT_TOKENS == 24_576
+
+    def n_tokens(t):  # stands in for len(rollout.prompt_ids(tok, t))
+        return sum(len(m["content"].split()) for m in t.messages)
+    kept, dropped = drop_long(tasks, n_tokens)  # ... and is not kept as a 120,000-token prompt
+    assert [t.row for t in kept] == [1, 3] and dropped == 1
+    assert drop_long(tasks, n_tokens, max_tokens=n_tokens(tasks[0])) == ([tasks[0], tasks[2]], 1)  # the limit is kept
+    assert drop_long(tasks, n_tokens, max_tokens=n_tokens(tasks[0]) - 1) == ([], 3)
+
+
+# --- hostile files and rows -------------------------------------------------------------------
+
+GOOD = json.dumps(verl_row(NESTED))
+HOSTILE_ROWS = {  # line 2 of a file whose lines 1 and 3 are good
+    "deep gold": json.dumps(verl_row("[" * 100_000 + "]" * 100_000)),
+    "huge-integer gold": json.dumps(verl_row('[[{"name": "f", "arguments": {"x": ' + "9" * 5000 + "}}]]")),
+    "huge integer in the row": GOOD[:-1] + ', "n": ' + "9" * 5000 + "}",
+    "deep row": '{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    "deep Python-literal call": json.dumps(toucan_row(messages=json.dumps([
+        {"role": "user", "content": "q"}, {"role": "tool_call", "content": "(" * 300 + ")" * 300}]))),
+    "a set in a literal call": json.dumps(toucan_row(messages=json.dumps([
+        {"role": "user", "content": "q"}, {"role": "tool_call", "content": "{'name': 'f', 'arguments': {1, 2}}"}]))),
+    "a huge literal call": json.dumps(toucan_row(messages=json.dumps([
+        {"role": "user", "content": "q"}, {"role": "tool_call", "content": "[" + "1," * 600_000 + "]"}]))),
+    "not an object": "[1, 2]",
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_ROWS)
+def test_hostile_row_names_file_and_row_and_can_be_skipped(tmp_path, name):
+    p = tmp_path / "rl.jsonl"
+    p.write_text(GOOD + "\n" + HOSTILE_ROWS[name] + "\n" + GOOD + "\n")
+    with pytest.raises(DataError) as e:
+        load_tasks(p)
+    assert str(e.value).startswith(f"{p} row 2: ") and "\n" not in str(e.value)
+    tasks = load_tasks(p, skip_bad=True)
+    assert [t.row for t in tasks] == [1, 3] and tasks.skipped == 1
+
+
+def test_bytes_that_are_not_utf8_are_that_rows_error(tmp_path):
+    p = tmp_path / "rl.jsonl"
+    p.write_bytes(GOOD.encode() + b"\n" + GOOD.replace("Paris", "P\xe9ris").encode("latin-1") + b"\n")
+    with pytest.raises(DataError, match=re.escape(f"{p} row 2: field '<row>': not UTF-8 text (byte 0xE9 at character")):
+        load_tasks(p)
+    assert [t.row for t in load_tasks(p, skip_bad=True)] == [1]
+
+
+def test_bom_line_separators_blank_lines_and_crlf(tmp_path):
+    row = verl_row(NESTED)
+    row["prompt"][1]["content"] = "Weather in Paris\u2028and Rome?"  # U+2028 inside a string: not a line break
+    p = tmp_path / "rl.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + (json.dumps(row, ensure_ascii=False) + "\r\n\n   \r\n" + GOOD + "\n{bad\n").encode())
+    with pytest.raises(DataError, match=re.escape(f"{p} row 5: field '<row>': not JSON")):  # blank lines count
+        load_tasks(p)
+    a, b = load_tasks(p, skip_bad=True)
+    assert (a.row, b.row) == (1, 4) and a.messages[1]["content"] == "Weather in Paris\u2028and Rome?"  # the BOM row too
+
+
+def test_a_file_without_usable_rows_is_one_line(tmp_path):
+    p = tmp_path / "empty.jsonl"
+    p.write_text("\n\n")
+    with pytest.raises(DataError, match=re.escape(f"{p}: no usable rows (no rows)")):
+        load_tasks(p, skip_bad=True)
+    p = write_jsonl(tmp_path / "bad.jsonl", ["{bad", verl_row("nope")])
+    with pytest.raises(DataError) as e:
+        load_sft(p, skip_bad=True)
+    assert str(e.value).startswith(f"{p}: no usable rows (all 2 rows bad; first: {p} row 1: ") and "\n" not in str(e.value)
+    q = tmp_path / "empty.json"
+    q.write_text(" [ ] ")
+    with pytest.raises(DataError, match=re.escape(f"{q}: no usable rows (no rows)")):
+        load_tasks(q)
+
+
+def test_json_array_rows_are_numbered_and_skipped_one_by_one(tmp_path):
+    deep = "[" * 100_000 + "]" * 100_000
+    p = tmp_path / "rows.json"
+    p.write_text(f"[{GOOD},\n {deep}, {GOOD}, " + '"x" ]')
+    with pytest.raises(DataError, match=re.escape(f"{p} row 2: field '<row>': not JSON (JSON nested deeper than 64 levels)")):
+        load_tasks(p)
+    tasks = load_tasks(p, skip_bad=True)
+    assert [t.row for t in tasks] == [1, 3] and tasks.skipped == 2  # row 4 is a string, not an object
+    p.write_text(f"[{GOOD}, {GOOD}")
+    with pytest.raises(DataError, match=re.escape(f"{p}: the JSON array is never closed (after 1 rows)")):
+        load_tasks(p, skip_bad=True)
+    p.write_text(f"[{GOOD}] x")
+    with pytest.raises(DataError, match=re.escape(f"{p}: text after the JSON array's closing bracket")):
+        load_tasks(p)
+
+
+def test_row_size_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "MAX_ROW_CHARS", 1000)
+    p = write_jsonl(tmp_path / "rl.jsonl", [verl_row(NESTED)])
+    with pytest.raises(DataError, match=r"row 1: field '<row>': not JSON \(JSON text of \d+ characters exceeds the limit of 1000\)"):
+        load_tasks(p)
+
+
+@pytest.mark.parametrize("name, write, why", [
+    ("missing.jsonl", None, "cannot read it"),
+    ("rows.csv", "a,b\n", "expected a .parquet, .jsonl or .json file"),
+    ("rows.parquet", "not parquet", "cannot read it as parquet"),
+    ("missing.parquet", None, "cannot read it as parquet"),
+])
+def test_unreadable_files_are_one_line(tmp_path, name, write, why):
+    p = tmp_path / name
+    if write is not None:
+        p.write_text(write)
+    with pytest.raises(DataError) as e:
+        load_tasks(p)
+    assert str(e.value).startswith(f"{p}: {why}") and "\n" not in str(e.value)
+
+
+# --- fuzz: random and hostile rows never raise anything but a DataError naming the row ---------
+
+def _paths(x, at=()):
+    """Every path into a JSON value (dict keys and list indexes)."""
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else []
+    for k, v in items:
+        yield at + (k,)
+        yield from _paths(v, at + (k,))
+
+
+TEMPLATES = [verl_row(json.loads(NESTED), reference_facts=["18"]), toucan_row(messages=json.loads(toucan_row()["messages"])),
+             {**toucan_row(), "tools": [WEATHER]}, json.loads(SFT_PREVIEW.read_text(encoding="utf-8").splitlines()[1]),
+             {"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "q"},
+                                {"from": "gpt", "value": "a"}]}]
+PATHS = [list(_paths(t)) for t in TEMPLATES]
+HOSTILE_JSON = ["[" * 70 + "]" * 70, "[" * 3000 + "]" * 3000, "9" * 5000, "-" + "9" * 4400, "1e999999", "NaN",
+                "null", "true", "0", "-1", "1.5", "{}", "[]", '""', '"\u2028"', '{"name": 1}', '[[]]', '[{}]',
+                '[{"name": "f", "arguments": "[[["}]', '{"role": "tool_call", "content": "x"}', "{", "]", "'x'"]
+HOSTILE_STR = ["(" * 300 + ")" * 300, "-" * 10_000 + "1", "~" * 5000 + "1", "{'name': 'f', 'arguments': {1, 2}}",
+               "{'name': 'f', 'arguments': b'x'}", "{'name': 'f', 'arguments': '{\"x\": " + "9" * 5000 + "}'}",
+               "[" * 150 + "]" * 150, "__import__('os').system('true')", "[{'name': 'f'}, 3]", "a, b", "[1]",
+               "tool_call", "irrelevant", "<tool_call>[]</tool_call>"] + HOSTILE_JSON
+
+
+def _mutated(k, mutations):
+    row, subs = copy.deepcopy(TEMPLATES[k]), {}
+    for j, (i, snippet, as_string) in enumerate(mutations):
+        *parents, last = PATHS[k][i % len(PATHS[k])]
+        try:
+            node = functools.reduce(lambda x, key: x[key], parents, row)
+            node[last] = f"@@{j}@@"
+        except (KeyError, IndexError, TypeError):  # an earlier mutation replaced a parent
+            continue
+        subs[f'"@@{j}@@"'] = json.dumps(snippet) if as_string else snippet
+    text = json.dumps(row, ensure_ascii=False)
+    for key, value in subs.items():
+        text = text.replace(key, value)
+    return text.encode("utf-8", "surrogatepass")
+
+
+# characters that matter to JSON, Python literals, line splitting and UTF-8 (a fixed alphabet: fast to draw)
+chars = st.sampled_from(list('{}[]",:\\\' \t\r0123456789.eE+-nultrfasNI\x00\x1c\x7f\u00e9\u2011\u2028\ufeff\U0001f4c3'))
+text = st.text(chars, max_size=12)
+snippets = st.one_of(st.sampled_from(HOSTILE_JSON), text, text.map(json.dumps), st.integers().map(str),
+                     st.floats().map(json.dumps))
+row_lines = st.builds(_mutated, st.integers(0, len(TEMPLATES) - 1), st.lists(st.tuples(
+    st.integers(0, 10**6), st.one_of(snippets, st.sampled_from(HOSTILE_STR)), st.booleans()), max_size=3))
+other_lines = st.one_of(st.binary(max_size=30), text.map(str.encode),
+                        st.sampled_from([b"", b"  ", b"\r", b"\t", "\u2028".encode(), b"\xef\xbb\xbf"]))
+files = st.tuples(st.booleans(), st.lists(st.one_of(row_lines, row_lines, other_lines), min_size=10, max_size=30))
+
+
+@pytest.fixture(scope="module")
+def fuzz_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("fuzz")
+
+
+def _check(load, p, rows):
+    """`load` on p: every row loaded, or a DataError naming a row that exists; with skip_bad
+    every row loaded or counted, or the one-line "no usable rows"."""
+    try:
+        out = load(p)
+        assert len(out) == len(rows) and (not out or not isinstance(out[0], Task) or [t.row for t in out] == rows)
+    except DataError as e:
+        m = re.match(re.escape(str(p)) + r"( row (\d+): |: no usable rows )", str(e))
+        assert m and "\n" not in str(e), str(e)
+        assert int(m.group(2)) in rows if m.group(2) else not rows
+    try:
+        out = load(p, skip_bad=True)
+        assert len(out) + out.skipped == len(rows) and out
+    except DataError as e:
+        assert str(e).startswith(f"{p}: no usable rows (") and "\n" not in str(e), str(e)
+
+
+@settings(max_examples=500, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(files)
+def test_fuzz_rows_load_or_fail_naming_the_row(fuzz_dir, file):
+    """10,000 random and hostile rows (500 files of 10 to 30), through both loaders, as JSON
+    lines and as a JSON array."""
+    bom, lines = file
+    body = (b"\xef\xbb\xbf" if bom else b"") + b"\n".join(x.replace(b"\n", b" ") for x in lines) + b"\n"
+    p = fuzz_dir / "rows.jsonl"
+    p.write_bytes(body)
+    text = body.decode("utf-8-sig", "surrogateescape").split("\n")
+    rows = [i for i, line in enumerate(text, start=1) if line.strip(" \t\r")]
+    for load in (load_tasks, load_sft):
+        _check(load, p, rows)
+    q = fuzz_dir / "rows.json"  # the same rows as one JSON array: rows load, or a one-line error naming the file
+    q.write_bytes(b"[" + b",".join(x.replace(b"\n", b" ") for x in lines if x.strip(b" \t\r")) + b"]")
+    for load, skip in ((load_tasks, False), (load_sft, True)):
+        try:
+            load(q, skip_bad=skip)
+        except DataError as e:
+            assert str(e).startswith(f"{q}") and "\n" not in str(e), str(e)
