@@ -1,23 +1,47 @@
-"""Train a tool-calling policy with SLCA-GRPO (or plain GRPO): one linear loop.
+"""Train a tool-calling policy with SLCA-GRPO (or GRPO, or ToolPO): one linear loop.
 
-    python train.py                                    # the embedded demo, minutes on a CPU
-    python train.py --model Qwen/Qwen2.5-3B-Instruct --data rl.parquet --sft-data sft.parquet
+    python train.py                                        # the embedded demo, minutes on a CPU
+    python train.py --model Qwen/Qwen2.5-3B-Instruct       # the paper's recipe on the release's data
+    torchrun --nproc_per_node 8 train.py --model Qwen/Qwen2.5-3B-Instruct   # the same, FSDP2 over 8 GPUs
+    python train.py --out runs/slca-s0 --resume            # continue a run from its latest checkpoint
 
 Stages (SPEC §7):
-1. optional SFT warm start: cross-entropy on assistant tokens only, cosine lr with warmup;
+1. optional SFT warm start: cross-entropy on assistant tokens only, cosine lr with warmup; its
+   result is saved to <out>/sft before RL starts, so a resumed run skips it;
 2. RL, per step: G rollouts for each of the step's prompts (rollout.py) -> HierR scores
-   (rewards.py, Eqs. 2-5) -> advantages (advantage.py: `--algo slca`, Eqs. 7-8, or `grpo`,
-   Eq. 6) -> old and reference log-probs -> PPO mini-batches with gradient accumulation
-   (loss.py, Eqs. 9-12) -> AdamW step per mini-batch -> log -> periodic eval -> checkpoint.
+   (rewards.py, Eqs. 2-5) -> advantages (advantage.py: `--algo slca`, Eqs. 7-8, `grpo`, Eq. 6,
+   or `toolpo`, Eq. 13) -> old and reference log-probs -> PPO mini-batches with gradient
+   accumulation (loss.py, Eqs. 9-12) -> AdamW step per mini-batch -> log -> eval -> checkpoint.
 
 With no --model the run builds the embedded default: a tokenizer trained on the shipped tool
 world and a tiny random Qwen2 (tiny.py), then runs SFT, SLCA-GRPO and a before/after eval,
 with settings sized for a 2-core CPU. Naming a --model switches every default to the paper's
-recipe (bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, ...). Flags
-always win over the preset; the resolved config is printed and saved whole.
+recipe (bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, the release's
+loss aggregation and turn caps) and, without data flags, to the release's data splits (fetched
+from the Hugging Face hub by data.release_files). Flags always win over the preset; the
+resolved config is printed and saved whole.
 
-Outputs in --out: config.json, metrics.jsonl (one line per RL step), rollouts.jsonl (every
-rollout), eval.jsonl, and the final checkpoint in final/ (a Hugging Face folder).
+Safety (the policy is an adversary): a rollout whose tool call or judge failed at the transport
+level is dropped from the loss and counted, and the step stops past --max-fail-rate; the loss
+and the gradient norm are checked before every optimizer step, a non-finite update is skipped
+and counted, --max-bad-updates in a row stop the run, and non-finite weights are never saved.
+Logs are strict JSON (a non-finite number is written as null).
+
+Distributed (torchrun, any number of processes on one or several nodes): each rank takes an
+equal share of the step's prompts with all G rollouts of each, so group statistics stay local.
+The policy and the reference are sharded with FSDP2 (`fully_shard`, one unit per decoder
+layer); for sampling, each rank gathers the full weights once (`unshard`) and generates on its
+own. What crosses ranks: the loss normaliser (tokens or rollouts of the mini-batch, summed over
+ranks, so the update equals the single-process one), gradients (FSDP's reduce-scatter), the
+metrics (summed), the eval scores and the rollout records (gathered to rank 0). Rank 0 alone
+prints and writes files.
+
+Outputs in --out: config.json, metrics.jsonl (one line per SFT and RL step), rollouts.jsonl
+(every rollout), eval.jsonl, sft/ (the SFT result), ckpt/step-N/ (the last --keep checkpoints:
+weights, optimizer, every rank's RNG states, the data order and position, the config) and
+final/ (a Hugging Face folder). A rerun never truncates an earlier run's files: a non-empty
+--out needs --resume (continue; logs are appended, so steps after the last checkpoint appear
+twice and the later line wins) or --overwrite (start afresh).
 Log-probs are computed on response tokens only, in chunks, so the full-vocabulary logits
 never exist for the whole batch at once.
 """
@@ -27,21 +51,25 @@ import json
 import math
 import os
 import random
+import re
+import shutil
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 
 import torch
+import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint
 from tqdm import tqdm
 
 import llm
 import rewards
-from advantage import grpo_advantages, route, slca_advantages
-from data import load_sft, load_tasks
-from eval import evaluate, format_table, score_rollouts
+from advantage import group_normalize, route, slca_advantages, toolpo_advantages
+from data import MAX_PROMPT_TOKENS, DataError, drop_long, load_sft, load_tasks, release_files
+from eval import format_table, score_rollouts, summarize
 from llm import load_policy
 from loss import policy_loss
-from rollout import collate, rollout
+from rollout import collate, prompt_ids, rollout
 from simulator import Simulator
 
 # ---------------------------------------------------------------------------------------------
@@ -54,6 +82,15 @@ TINY = dict(data="data/world/rl.jsonl", eval_data="data/world/eval.jsonl", sft_d
             sft_epochs=2, sft_lr=3e-3, sft_batch=8, sft_max_len=1024, sft_limit=None, group_size=8,
             prompts_per_step=8, mini_batch=2, micro_batch=32, lr=1e-4, steps=8, max_tokens=384,
             eval_limit=100, eval_every=0, dtype="float32", grad_ckpt=False)  # sized for ~10 min on 2 CPU cores
+RESUME_FREE = {"resume", "overwrite", "show", "device"}  # flags a resumed run may change
+
+
+def num(text):
+    """argparse type: a finite float (nan and inf are refused, naming the flag)."""
+    x = float(text)
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return x
 
 
 def get_args(argv=None):
@@ -62,58 +99,80 @@ def get_args(argv=None):
     g.add_argument("--model", default=None, help="hub name or local folder; none = build the tiny demo model")
     g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="gradient checkpointing")
-    g.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    g.add_argument("--device", default=None, help="default: cuda (this rank's GPU) if available, else cpu")
     g.add_argument("--tiny-size", type=int, nargs=3, default=[128, 2, 4], metavar=("HIDDEN", "LAYERS", "HEADS"),
                    help="shape of the demo model built when no --model is given")
     g = p.add_argument_group("data")
-    g.add_argument("--data", default=None, help="RL prompts (.jsonl or .parquet)")
+    g.add_argument("--data", default=None, help="RL prompts (.jsonl or .parquet); with --model and no data flags: "
+                                                "the release's splits from the Hugging Face hub")
     g.add_argument("--eval-data", default=None, help="eval prompts; '' = no eval")
     g.add_argument("--sft-data", default=None, help="SFT conversations; '' = no warm start")
     g.add_argument("--skip-bad-rows", action="store_true", help="skip malformed rows instead of failing")
+    g.add_argument("--max-prompt-tokens", type=int, default=MAX_PROMPT_TOKENS, help="longer prompts are dropped (the release's)")
     g = p.add_argument_group("SFT warm start")
     g.add_argument("--sft-epochs", type=int, default=None)
-    g.add_argument("--sft-lr", type=float, default=None, help="peak lr, cosine decay after warmup")
-    g.add_argument("--sft-warmup", type=float, default=0.1, help="share of SFT steps spent warming up")
+    g.add_argument("--sft-lr", type=num, default=None, help="peak lr, cosine decay after warmup")
+    g.add_argument("--sft-warmup", type=num, default=0.1, help="share of SFT steps spent warming up")
     g.add_argument("--sft-batch", type=int, default=None, help="conversations per optimizer step")
     g.add_argument("--sft-max-len", type=int, default=None, help="token cutoff per conversation")
     g.add_argument("--sft-limit", type=int, default=None, help="use the first N conversations only")
     g = p.add_argument_group("RL")
-    g.add_argument("--algo", choices=["slca", "grpo"], default="slca", help="grpo = the 'w/o SLCA' ablation")
+    g.add_argument("--algo", choices=["slca", "grpo", "toolpo"], default="slca",
+                   help="grpo = the 'w/o SLCA' ablation; toolpo = the release's additive baseline (Eq. 13)")
     g.add_argument("--steps", type=int, default=None, help="RL steps; none = one epoch over --data")
     g.add_argument("--group-size", type=int, default=None, help="G rollouts per prompt")
     g.add_argument("--prompts-per-step", type=int, default=None)
     g.add_argument("--mini-batch", type=int, default=None, help="prompts per PPO mini-batch (one optimizer step)")
     g.add_argument("--micro-batch", type=int, default=None, help="rollouts per forward/backward")
     g.add_argument("--ppo-epochs", type=int, default=1)
-    g.add_argument("--lr", type=float, default=None)
-    g.add_argument("--weight-decay", type=float, default=0.01)
-    g.add_argument("--grad-clip", type=float, default=1.0)
-    g.add_argument("--temperature", type=float, default=1.0, help="rollout sampling temperature")
+    g.add_argument("--lr", type=num, default=None)
+    g.add_argument("--weight-decay", type=num, default=0.01)
+    g.add_argument("--grad-clip", type=num, default=1.0)
+    g.add_argument("--temperature", type=num, default=1.0, help="rollout sampling temperature")
     g.add_argument("--max-turns", type=int, default=10, help="assistant turns per trajectory (SPEC §6)")
+    g.add_argument("--max-tool-rounds", type=int, default=6,
+                   help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
     g.add_argument("--max-tokens", type=int, default=None, help="response tokens per trajectory, observations included")
     g.add_argument("--gen-batch", type=int, default=64, help="sequences per generate call")
     g = p.add_argument_group("loss (SPEC §4)")
-    g.add_argument("--clip-eps", type=float, default=0.2)
-    g.add_argument("--clip-c", type=float, default=3.0, help="dual-clip constant")
-    g.add_argument("--kl-beta", type=float, default=0.001, help="0 drops the reference model")
+    g.add_argument("--loss-agg", choices=["seq-mean-token-mean", "token-mean"], default="seq-mean-token-mean",
+                   help="seq-mean-token-mean = what the released run computed (one rollout per micro-batch): a mean "
+                        "over rollouts of per-rollout token means; token-mean = one mean over the mini-batch's tokens")
+    g.add_argument("--clip-eps", type=num, default=0.2)
+    g.add_argument("--clip-c", type=num, default=3.0, help="dual-clip constant")
+    g.add_argument("--kl-beta", type=num, default=0.001, help="0 drops the reference model")
     g = p.add_argument_group("rewards and advantages (SPEC §2-3)")
-    g.add_argument("--lam-tool", type=float, default=1.0)
-    g.add_argument("--lam-sum", type=float, default=1.0)
-    g.add_argument("--hierr-weights", type=float, nargs=5, default=list(rewards.WEIGHTS.values()),
+    g.add_argument("--lam-tool", type=num, default=1.0)
+    g.add_argument("--lam-sum", type=num, default=1.0)
+    g.add_argument("--hierr-weights", type=num, nargs=5, default=list(rewards.WEIGHTS.values()),
                    metavar=("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"))
     g.add_argument("--no-hierr", action="store_true", help="'w/o HierR': all process weights 0")
     g.add_argument("--norm-by-std", action=argparse.BooleanOptionalAction, default=True,
                    help="--no-norm-by-std subtracts the group mean only (Dr. GRPO)")
+    g.add_argument("--toolpo-norm-by-std", action="store_true",
+                   help="ToolPO divides by the group std too (what the release's ToolPO launchers ran, verl's "
+                        "default; the paper and SPEC §3.3 say no std)")
     g = p.add_argument_group("simulator and judge (SPEC §5, §2.2)")
     g.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
                    help="default: llm when a sim client is set, else replay")
     g.add_argument("--schema-check", choices=["full", "light"], default="full", help="light = the released code's")
     g.add_argument("--no-sgls", action="store_true", help="'w/o SGLS': no tool definition, no checks 2-4")
+    g.add_argument("--malformed", choices=["end", "answer"], default="end",
+                   help="a block that is not JSON or never closed: end = no call, the trajectory ends (the "
+                        "release's parser); answer = an error observation and the trajectory goes on")
     g.add_argument("--sim-cache", default=None, help="folder for the simulator's answer cache")
+    g.add_argument("--max-fail-rate", type=num, default=0.5,
+                   help="stop when more than this share of a step's rollouts lost a tool or judge answer to an "
+                        "endpoint failure (such rollouts are dropped from the loss)")
     llm.add_client_flags(g, "sim")
     llm.add_client_flags(g, "judge")
     g = p.add_argument_group("run")
     g.add_argument("--out", default=None, help="run folder; default runs/<algo>-s<seed>")
+    g.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    g.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run in --out")
+    g.add_argument("--save-every", type=int, default=0, help="checkpoint every N RL steps; 0 = at the end only")
+    g.add_argument("--keep", type=int, default=2, help="checkpoints kept")
+    g.add_argument("--max-bad-updates", type=int, default=3, help="non-finite updates in a row before stopping")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--eval-every", type=int, default=None, help="RL steps between evals; 0 = before and after only")
     g.add_argument("--eval-limit", type=int, default=None, help="first N eval prompts")
@@ -135,18 +194,133 @@ def get_args(argv=None):
 def check_args(p, a):
     """Fail early, naming the flag."""
     if a.model is not None and a.data is None:
-        p.error("--data is required with --model (RL prompts, .jsonl or .parquet)")
+        if a.sft_data is not None or a.eval_data is not None:
+            p.error("--data is required when --sft-data or --eval-data is given")
+        try:  # the release's splits, from the cache or the hub; else one line naming the download command
+            files = release_files()
+        except DataError as e:
+            p.error(f"--data not given, so the release's data is needed: {e}")
+        a.data, a.eval_data, a.sft_data = files["rl"], files["eval"], files["sft"]
     for flag in ("data", "eval_data", "sft_data"):
         path = getattr(a, flag)
         if path and not os.path.exists(path):
             p.error(f"--{flag.replace('_', '-')}: no such file: {path}")
-    for flag in ("group_size", "prompts_per_step", "mini_batch", "micro_batch", "max_tokens", "max_turns"):
+    for flag in ("group_size", "prompts_per_step", "mini_batch", "micro_batch", "max_tokens", "max_turns",
+                 "max_prompt_tokens", "keep", "max_bad_updates", "ppo_epochs"):
         if getattr(a, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")
+    for flag in ("max_tool_rounds", "save_every", "sft_limit", "steps", "eval_limit"):
+        if getattr(a, flag) is not None and getattr(a, flag) < 0:
+            p.error(f"--{flag.replace('_', '-')} must be >= 0")
     if a.prompts_per_step % a.mini_batch:
         p.error("--prompts-per-step must be a multiple of --mini-batch")
+    if a.mini_batch % int(os.environ.get("WORLD_SIZE", "1")):
+        p.error("--mini-batch must be a multiple of the number of processes (each takes an equal share)")
     if any(w < 0 for w in a.hierr_weights):
         p.error("--hierr-weights must be >= 0")
+    if a.resume and a.overwrite:
+        p.error("--resume and --overwrite exclude each other")
+
+
+# ---------------------------------------------------------------------------------------------
+# distributed: torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; a plain run is rank 0 of 1
+def setup_dist(a):
+    """Join the process group when launched by torchrun; returns (rank, world)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        return 0, 1
+    cuda = torch.cuda.is_available() and (a.device or "cuda").startswith("cuda")
+    if cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if cuda else "gloo")
+    a.device = f"cuda:{os.environ['LOCAL_RANK']}" if cuda else "cpu"
+    return dist.get_rank(), dist.get_world_size()
+
+
+def world():
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def all_sum(x):
+    """Sum a float (or a list of floats) over ranks."""
+    if world() == 1:
+        return x
+    t = torch.tensor(x, dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def gather(items):
+    """Concatenate each rank's list, in rank order (every rank gets the result)."""
+    if world() == 1:
+        return list(items)
+    out = [None] * world()
+    dist.all_gather_object(out, list(items))
+    return [x for part in out for x in part]
+
+
+def barrier():
+    if world() > 1:
+        dist.barrier()
+
+
+def shard(model, dtype):
+    """FSDP2: one unit per decoder layer (the model's `_no_split_modules`), then the root,
+    gathering parameters in the compute dtype and reducing gradients in float32; a no-op in a
+    single process."""
+    if world() == 1:
+        return model
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    mp = MixedPrecisionPolicy(param_dtype=getattr(torch, dtype), reduce_dtype=torch.float32)
+    for layer in [m for m in model.modules() if type(m).__name__ in model._no_split_modules]:  # decoder layers
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    return model
+
+
+def autocast(a):
+    """Compute in --dtype while the trained weights, their gradients and AdamW's state stay in
+    float32 (a bf16 weight cannot take a 1e-6 step: its spacing near 0.02 is about 1e-4)."""
+    if a.dtype == "float32":
+        return nullcontext()
+    return torch.autocast(torch.device(a.device).type, dtype=getattr(torch, a.dtype))
+
+
+@contextmanager
+def gathered(model):
+    """Full weights on every rank while sampling, so each rank generates on its own without
+    collectives (FSDP2 gathers once here instead of once per decoded token)."""
+    from torch.distributed.fsdp import FSDPModule
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)] if world() > 1 else []
+    for m in units:
+        m.set_reshard_after_forward(False)
+        m.unshard()
+    try:
+        yield model
+    finally:
+        for m in units:
+            m.reshard()
+            m.set_reshard_after_forward(True)
+
+
+def full_state(model, opt=None):
+    """(model, optimizer) state dicts, whole, on CPU (gathered to rank 0 under FSDP)."""
+    if world() == 1:
+        return model.state_dict(), opt.state_dict() if opt is not None else None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+    o = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=o), get_optimizer_state_dict(model, opt, options=o) if opt else None
+
+
+def load_state(model, opt, msd, osd):
+    if world() == 1:
+        model.load_state_dict(msd)
+        opt.load_state_dict(osd)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+    o = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, msd, options=o)
+    set_optimizer_state_dict(model, opt, osd, options=o)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,7 +332,10 @@ def token_logprobs(model, ids, attn, mask, chunk=1024):
     logits never exist at once.
     """
     pos = (attn.cumsum(-1) - 1).clamp(min=0)                                   # (B, L)
-    h = model.base_model(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state  # (B, L, H)
+    # through the model's own forward (FSDP2's hooks live there); the final normed states,
+    # and logits for one position only
+    h = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=1,
+              output_hidden_states=True).hidden_states[-1]                    # (B, L, H)
     sel = mask[:, 1:].bool()                                                   # (B, L-1) token t+1 from state t
     hs, tgt = h[:, :-1][sel], ids[:, 1:][sel]                                  # (N, H), (N,)
     head = model.get_output_embeddings()
@@ -184,9 +361,12 @@ def micro_batches(batch, idx, size):
 
 # ---------------------------------------------------------------------------------------------
 def sft_example(tok, messages, max_len):
-    """(ids, mask) of one conversation; mask is 1 on assistant content and its eos."""
+    """(ids, mask) of one conversation; mask is 1 on assistant content and its eos.
+
+    Message content is data: special-token strings inside it (a forged `<|im_start|>`) are
+    encoded as plain text; only the chat template's own markers become special ids."""
     text = tok.apply_chat_template(messages, tokenize=False)
-    spans = []
+    spans, content, cursor = [], [], 0
     for i, m in enumerate(messages):
         if m["role"] == "assistant":
             start = len(tok.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True))
@@ -195,9 +375,19 @@ def sft_example(tok, messages, max_len):
                 raise ValueError("the chat template does not render assistant turns as a prefix-stable "
                                  "'<header>content<eos>'; SFT masking needs that")
             spans.append((start, end))
-    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-    mask = [int(any(s <= a and b <= e for s, e in spans)) for a, b in enc["offset_mapping"]]
-    return enc["input_ids"][:max_len], mask[:max_len]
+        at = text.find(m["content"], cursor) if m["content"] else -1
+        if at >= 0:
+            content.append((at, at + len(m["content"])))
+            cursor = at + len(m["content"])
+    ids, mask, pos = [], [], 0
+    for s, e in content + [(len(text), len(text))]:  # template glue as is, content as plain text
+        for lo, hi, plain in ((pos, s, False), (s, e, True)):
+            if hi > lo:
+                enc = tok(text[lo:hi], add_special_tokens=False, return_offsets_mapping=True, split_special_tokens=plain)
+                ids += enc["input_ids"]
+                mask += [int(any(a <= lo + x and lo + y <= b for a, b in spans)) for x, y in enc["offset_mapping"]]
+        pos = e
+    return ids[:max_len], mask[:max_len]
 
 
 def sft(model, tok, convs, a, log):
@@ -209,14 +399,17 @@ def sft(model, tok, convs, a, log):
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
     rng = random.Random(a.seed)
+    rank = dist.get_rank() if dist.is_initialized() else 0
     model.train()
-    bar = tqdm(total=steps, desc="sft")
+    bar = tqdm(total=steps, desc="sft", disable=rank > 0)
+    bad = 0
     for epoch in range(a.sft_epochs):
         order = list(range(len(data)))
         rng.shuffle(order)
         for s in range(0, len(order), a.sft_batch):
             rows = [data[i] for i in order[s:s + a.sft_batch]]
-            n = sum(sum(m) for _, m in rows)
+            n = all_sum(float(sum(sum(m) for _, m in rows)))  # tokens of the whole batch
+            rows = rows[rank::world()]                         # this rank's share
             total = 0.0
             for m0 in range(0, len(rows), a.micro_batch):
                 part = rows[m0:m0 + a.micro_batch]
@@ -224,34 +417,61 @@ def sft(model, tok, convs, a, log):
                 ids = torch.tensor([x + [tok.pad_token_id] * (L - len(x)) for x, _ in part], device=a.device)
                 attn = torch.tensor([[1] * len(x) + [0] * (L - len(x)) for x, _ in part], device=a.device)
                 mask = torch.tensor([m + [0] * (L - len(m)) for _, m in part], device=a.device)  # (b, L)
-                loss = -token_logprobs(model, ids, attn, mask).sum() / n  # token-mean over the step
-                loss.backward()
+                loss = -token_logprobs(model, ids, attn, mask).sum() / max(n, 1)  # token-mean over the step
+                (loss * world()).backward()  # FSDP averages gradients over ranks
                 total += loss.item()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
-            opt.step()
+            bad, _, _ = optimizer_step(model, opt, all_sum(total), a, bad)
             sched.step()
-            opt.zero_grad(set_to_none=True)
             bar.update()
             bar.set_postfix(loss=f"{total:.3f}")
             log({"stage": "sft", "epoch": epoch, "loss": total, "lr": sched.get_last_lr()[0]})
     bar.close()
 
 
+def optimizer_step(model, opt, loss, a, bad):
+    """Clip and step, unless the loss or the gradient norm is non-finite: then the update is
+    skipped. Returns (non-finite updates in a row, grad norm, stepped); stops the run at
+    --max-bad-updates."""
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+    norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    stepped = math.isfinite(loss) and math.isfinite(norm)
+    if stepped:
+        opt.step()
+        bad = 0
+    else:
+        bad += 1
+        if bad >= a.max_bad_updates:
+            raise SystemExit(f"stopping: {bad} non-finite updates in a row (loss {loss}, grad norm {norm}); "
+                             "the weights were not changed by any of them")
+    opt.zero_grad(set_to_none=True)
+    return bad, norm, stepped
+
+
 # ---------------------------------------------------------------------------------------------
-def backward(model, batch, idx, old, ref, A, mask_key, a):
+def backward(model, batch, idx, old, ref, A, mask_key, norm, a):
     """Accumulate the gradient of the loss (Eqs. 9-12) over rows `idx`, counting only the
-    tokens of `mask_key`; N is the mini-batch's response-token count. Returns summed stats."""
-    n = int(batch["response_mask"][idx].sum().clamp(min=1))
+    tokens of `mask_key`; `norm` is the mini-batch's normaliser, summed over ranks (its
+    response tokens for token-mean, its rollouts for seq-mean-token-mean). FSDP averages
+    gradients over ranks, so each rank's loss is scaled by the world size. Returns summed stats."""
     stats = {}
     for rows, mb in micro_batches(batch, idx, a.micro_batch):
         L = mb["input_ids"].shape[1]
         lp = token_logprobs(model, mb["input_ids"], mb["attention_mask"], mb["response_mask"])
         loss, st = policy_loss(lp, old[rows, :L], ref[rows, :L] if ref is not None else None,
-                               A[rows, :L], mb[mask_key], n, a.clip_eps, a.clip_c, a.kl_beta)
-        loss.backward()
+                               A[rows, :L], mb[mask_key], norm, a.clip_eps, a.clip_c, a.kl_beta, a.loss_agg)
+        (loss * world()).backward()
+        st["loss"] = loss.item()
         for k, v in st.items():
             stats[k] = stats.get(k, 0.0) + v
     return stats
+
+
+def normaliser(batch, idx, mask_key, agg):
+    """Eq. 12's N over the whole mini-batch, all ranks: tokens (token-mean) or rollouts with
+    at least one token (seq-mean-token-mean)."""
+    m = batch[mask_key][idx]                                                   # (b, L)
+    local = float(m.sum()) if agg == "token-mean" else float((m.sum(1) > 0).sum())
+    return max(all_sum(local), 1.0)
 
 
 def grad_cosine(model, batch, idx, old, ref, A, a):
@@ -260,45 +480,101 @@ def grad_cosine(model, batch, idx, old, ref, A, a):
     grads = []
     for key in ("tool_mask", "summary_mask"):
         model.zero_grad(set_to_none=True)
-        backward(model, batch, idx, old, ref, A, key, a)
-        grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
-                                for p in model.parameters()]))
+        backward(model, batch, idx, old, ref, A, key, normaliser(batch, idx, key, a.loss_agg), a)
+        grads.append([(p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad).flatten()
+                      if p.grad is not None else torch.zeros(0) for p in model.parameters()])
     model.zero_grad(set_to_none=True)
-    return float(torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0))
+    dot, n0, n1 = all_sum([sum(float((g0 * g1).sum()) for g0, g1 in zip(*grads) if g0.numel() and g1.numel()),
+                           sum(float(g.pow(2).sum()) for g in grads[0]), sum(float(g.pow(2).sum()) for g in grads[1])])
+    return dot / math.sqrt(n0 * n1) if n0 > 0 and n1 > 0 else 0.0
+
+
+def advantages(scores, batch, gids, keep, a):
+    """Per-token advantages (B, L) and the per-rollout (tool, summary) ones for the logs.
+    Rollouts outside `keep` (transport failures) enter no group statistic and get 0."""
+    col = lambda k: torch.tensor([s[k] for s in scores], dtype=torch.float32)  # noqa: E731  (B,)
+    tp = batch["tool_mask"].bool().any(1).cpu() & keep                                  # (B,)
+    sp = batch["summary_mask"].bool().any(1).cpu() & keep
+    adv_tool, adv_sum = slca_advantages(col("r_tool"), col("r_sum"), tp, sp, gids, lam_tool=a.lam_tool,
+                                        lam_sum=a.lam_sum, norm_by_std=a.norm_by_std)  # (B,) each
+    dev = lambda x: x.to(a.device)  # noqa: E731
+    if a.algo == "slca":                                                                # Eq. 8
+        A = route(dev(adv_tool), dev(adv_sum), batch["tool_mask"], batch["summary_mask"])
+    elif a.algo == "grpo":                                                              # Eq. 6
+        adv = group_normalize(col("score"), keep, gids, norm_by_std=a.norm_by_std)    # (B,)
+        A = route(dev(adv), dev(adv), batch["tool_mask"], batch["summary_mask"])
+    else:                                                                               # Eq. 13
+        a_succ, a_action = toolpo_advantages(col("r_succ"), col("r_action"), keep, tp, gids,
+                                             norm_by_std=a.toolpo_norm_by_std)
+        A = route(dev(a_succ + a_action), dev(a_succ), batch["tool_mask"], batch["summary_mask"])
+    return A, tp, sp, adv_tool, adv_sum                                                # (B, L), (B,) ...
 
 
 def seg_stats(adv, present, gids, name):
-    """Mean and std of a segment's advantages over present rollouts, and the share of groups
-    whose advantages are all zero for that segment (no learning signal)."""
-    x = adv[present]
+    """Sums for the mean and std of a segment's advantages over present rollouts, and the
+    groups whose advantages are all zero for that segment (no learning signal)."""
+    x = adv[present].double()
     zero = [bool((adv[gids == g] == 0).all()) for g in gids.unique()]
-    return {f"adv_{name}_mean": float(x.mean()) if x.numel() else 0.0,
-            f"adv_{name}_std": float(x.std()) if x.numel() > 1 else 0.0,
-            f"adv_{name}_zero_groups": sum(zero) / len(zero)}
+    return {f"adv_{name}_n": float(x.numel()), f"adv_{name}_sum": float(x.sum()), f"adv_{name}_sq": float((x * x).sum()),
+            f"adv_{name}_zero": float(sum(zero)), f"adv_{name}_groups": float(len(zero))}
 
 
-def rl_step(model, ref, tok, opt, tasks, sim, judge, a, step):
-    """One rollout batch and its PPO update; returns (metrics, rollouts, scores, advantages)."""
+def rank_prompts(n, mini_batch, rank, world):
+    """Positions (in the step's list of n prompts) that this rank takes: an equal share of
+    every mini-batch, so the union over ranks of each rank's k-th mini-batch is the
+    single-process k-th mini-batch and the update is the same."""
+    share = mini_batch // world
+    return [k + rank * share + i for k in range(0, n, mini_batch) for i in range(share)]
+
+
+def ppo_update(model, opt, batch, old, ref, A, a, bad):
+    """PPO on one rollout batch (this rank's rows, G per prompt): one optimizer step per
+    mini-batch of prompts, `ppo_epochs` passes. Returns (stats summed over updates, bad count)."""
+    model.train()
+    B = len(batch["input_ids"])
+    per_mb = a.mini_batch // world() * a.group_size                         # rows of one mini-batch here
+    stats = {"loss": 0.0, "grad_norm": 0.0, "skipped": 0, "updates": 0}
+    for epoch in range(a.ppo_epochs):
+        for s in range(0, B, per_mb):
+            idx = list(range(s, min(s + per_mb, B)))
+            if a.grad_cosine and epoch == 0 and s == 0:
+                stats["grad_cosine"] = grad_cosine(model, batch, idx, old, ref, A, a)
+            st = backward(model, batch, idx, old, ref, A, "response_mask",
+                          normaliser(batch, idx, "response_mask", a.loss_agg), a)
+            loss = all_sum(st.pop("loss"))
+            bad, norm, stepped = optimizer_step(model, opt, loss, a, bad)
+            for k, v in st.items():
+                stats[k] = stats.get(k, 0.0) + v
+            stats["loss"] += loss
+            stats["grad_norm"] += norm
+            stats["skipped"] += not stepped
+            stats["updates"] += 1
+    return stats, bad
+
+
+def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
+    """One rollout batch (this rank's prompts, G rollouts each) and its PPO update.
+    Returns (metrics over all ranks, rollouts, scores, (adv_tool, adv_sum), bad-update count)."""
     G = a.group_size
     batch_tasks = [t for t in tasks for _ in range(G)]
-    groups = [step * a.prompts_per_step + j for j in range(len(tasks)) for _ in range(G)]
+    groups = [g for g in group_ids for _ in range(G)]
     model.eval()
     t0 = time.time()
-    rs = rollout(model, tok, batch_tasks, sim, groups, a.temperature, a.max_turns, a.max_tokens, a.gen_batch)
+    with gathered(model):
+        rs = rollout(model, tok, batch_tasks, sim, groups, a.temperature, a.max_turns, a.max_tokens, a.gen_batch,
+                     max_tool_rounds=a.max_tool_rounds or None)
     t_roll = time.time() - t0
     weights = dict(zip(rewards.WEIGHTS, [0.0] * 5 if a.no_hierr else a.hierr_weights))
     scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum)
-    col = lambda k: torch.tensor([s[k] for s in scores], dtype=torch.float32)  # noqa: E731  (B,)
+    # a rollout that lost a tool answer or its rating to the network is not trained on
+    sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
+    judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
+    keep = ~(sim_fail | judge_fail)                                                     # (B,)
     batch = {k: v.to(a.device) for k, v in collate(rs, tok.pad_token_id).items()}
-    gids = torch.tensor(groups)                                                       # (B,)
-    tp, sp = batch["tool_mask"].bool().any(1).cpu(), batch["summary_mask"].bool().any(1).cpu()  # (B,)
-    adv_tool, adv_sum = slca_advantages(col("r_tool"), col("r_sum"), tp, sp, gids, lam_tool=a.lam_tool,
-                                        lam_sum=a.lam_sum, norm_by_std=a.norm_by_std)  # (B,) each
-    if a.algo == "slca":
-        A = route(adv_tool.to(a.device), adv_sum.to(a.device), batch["tool_mask"], batch["summary_mask"])  # (B, L)
-    else:
-        adv = grpo_advantages(col("score"), gids, norm_by_std=a.norm_by_std)          # (B,)
-        A = adv.to(a.device)[:, None] * batch["response_mask"]                          # (B, L)
+    for k in ("response_mask", "tool_mask", "summary_mask"):
+        batch[k] = batch[k] * keep.to(a.device)[:, None]
+    gids = torch.tensor(groups)                                                         # (B,)
+    A, tp, sp, adv_tool, adv_sum = advantages(scores, batch, gids, keep, a)
 
     # old and reference log-probs, before any update
     B = len(rs)
@@ -310,120 +586,282 @@ def rl_step(model, ref, tok, opt, tasks, sim, judge, a, step):
             old[rows, :L] = token_logprobs(model, mb["input_ids"], mb["attention_mask"], mb["response_mask"])
             if ref is not None:
                 refl[rows, :L] = token_logprobs(ref, mb["input_ids"], mb["attention_mask"], mb["response_mask"])
-
-    # PPO: one optimizer step per mini-batch of prompts; token-mean over the mini-batch (Eq. 12)
-    model.train()
-    t1, stats, norms, cosine = time.time(), {}, [], None
-    per_mb = a.mini_batch * G
-    for epoch in range(a.ppo_epochs):
-        for s in range(0, B, per_mb):
-            idx = list(range(s, min(s + per_mb, B)))
-            if a.grad_cosine and epoch == 0 and s == 0:
-                cosine = grad_cosine(model, batch, idx, old, refl, A, a)
-            for k, v in backward(model, batch, idx, old, refl, A, "response_mask", a).items():
-                stats[k] = stats.get(k, 0.0) + v
-            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)))
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-    n_updates = a.ppo_epochs * math.ceil(B / per_mb)
+    t1 = time.time()
+    stats, bad = ppo_update(model, opt, batch, old, refl, A, a, bad)
     t_train = time.time() - t1
 
-    policy_tokens = int(batch["response_mask"].sum())
-    m = {"step": step, **{k: float(col(k).mean()) for k in
-                          ("format", "name", "key", "value", "parallel", "process", "summary", "score",
-                           "omission", "r_tool", "r_sum", "tool_turns", "length")},
-         **seg_stats(adv_tool, tp, gids, "tool"), **seg_stats(adv_sum, sp, gids, "sum"),
-         "sign_conflict": float(((adv_tool * adv_sum) < 0).float().mean()),
-         **{k: v / n_updates for k, v in stats.items()},
-         "grad_norm": sum(norms) / len(norms),
-         "stop_length": sum(r.stop == "length" for r in rs) / B, "stop_turns": sum(r.stop == "turns" for r in rs) / B,
-         "rollout_tok_s": policy_tokens / t_roll,
-         "train_tok_s": a.ppo_epochs * int(batch["attention_mask"].sum()) / t_train,
-         "t_rollout": t_roll, "t_train": t_train, **({"grad_cosine": cosine} if cosine is not None else {})}
-    return m, rs, scores, (adv_tool, adv_sum)
+    # metrics: sums over this rank's rollouts, added up over ranks, then means
+    keys = ("format", "name", "key", "value", "parallel", "process", "summary", "score", "omission",
+            "r_tool", "r_sum", "tool_turns", "length")
+    loss_keys = [k for k in stats if k not in ("loss", "grad_norm", "skipped", "updates", "grad_cosine")]
+    local = {**{k: sum(float(s[k]) for s in scores) for k in keys}, "n": float(B),
+             **seg_stats(adv_tool, tp, gids, "tool"), **seg_stats(adv_sum, sp, gids, "sum"),
+             "sign_conflict": float(((adv_tool * adv_sum) < 0).sum()),
+             **{k: stats[k] for k in loss_keys},
+             "stop_length": float(sum(r.stop == "length" for r in rs)),
+             "stop_turns": float(sum(r.stop == "turns" for r in rs)),
+             "sim_failed": float(sim_fail.sum()), "judge_failed": float(judge_fail.sum()),
+             "policy_tokens": float(batch["response_mask"].sum()), "tokens": float(batch["attention_mask"].sum())}
+    tot = dict(zip(local, all_sum(list(local.values()))))
+    n, u = tot["n"], stats["updates"]
+    m = {"step": step, **{k: tot[k] / n for k in keys}}
+    for seg in ("tool", "sum"):
+        c, s1, s2 = tot[f"adv_{seg}_n"], tot[f"adv_{seg}_sum"], tot[f"adv_{seg}_sq"]
+        m[f"adv_{seg}_mean"] = s1 / c if c else 0.0
+        m[f"adv_{seg}_std"] = math.sqrt(max(s2 - s1 * s1 / c, 0.0) / (c - 1)) if c > 1 else 0.0
+        m[f"adv_{seg}_zero_groups"] = tot[f"adv_{seg}_zero"] / tot[f"adv_{seg}_groups"]
+    m.update({"sign_conflict": tot["sign_conflict"] / n,
+              **{k: tot[k] / u for k in loss_keys},          # the loss stats are shares of each mini-batch
+              "loss": stats["loss"] / u, "grad_norm": stats["grad_norm"] / u,
+              "skipped_updates": stats["skipped"], "bad_updates_in_a_row": bad,
+              "sim_failed": tot["sim_failed"] / n, "judge_failed": tot["judge_failed"] / n,
+              "stop_length": tot["stop_length"] / n, "stop_turns": tot["stop_turns"] / n,
+              "rollout_tok_s": tot["policy_tokens"] / t_roll / world(),
+              "train_tok_s": a.ppo_epochs * tot["tokens"] / t_train / world(),
+              "t_rollout": t_roll, "t_train": t_train,
+              **({"grad_cosine": stats["grad_cosine"]} if "grad_cosine" in stats else {})})
+    fail = (tot["sim_failed"] + tot["judge_failed"]) / n
+    if fail > a.max_fail_rate:
+        which = [f"the simulator ({a.sim_url or a.sim_model})" if tot["sim_failed"] else "",
+                 f"the judge ({a.judge_url or a.judge_model})" if tot["judge_failed"] else ""]
+        raise SystemExit(f"stopping at RL step {step}: {fail:.0%} of the rollouts lost an answer to endpoint "
+                         f"failures ({' and '.join(w for w in which if w)}); over --max-fail-rate {a.max_fail_rate}")
+    return m, rs, scores, (adv_tool, adv_sum), bad
 
 
 # ---------------------------------------------------------------------------------------------
+# checkpoints: ckpt/step-N/ written to ckpt/.tmp-step-N and renamed, so a folder that exists is complete
+CKPT_RE = re.compile(r"step-(\d+)$")
+
+
+def checkpoints(out):
+    """Complete checkpoints in `out`, oldest first."""
+    folder = os.path.join(out, "ckpt")
+    names = [n for n in os.listdir(folder) if CKPT_RE.match(n)] if os.path.isdir(folder) else []
+    return [os.path.join(folder, n) for n in sorted(names, key=lambda n: int(CKPT_RE.match(n).group(1)))]
+
+
+def rng_state():
+    return {"python": random.getstate(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_state(s):
+    random.setstate(s["python"])
+    torch.set_rng_state(s["torch"])
+    if s["cuda"]:
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def save_checkpoint(model, opt, a, step, order, rank):
+    """Weights, optimizer, every rank's RNG, the next step and the data order, atomically."""
+    folder = os.path.join(a.out, "ckpt")
+    tmp, final = os.path.join(folder, f".tmp-step-{step}"), os.path.join(folder, f"step-{step}")
+    msd, osd = full_state(model, opt)
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        check_finite(msd)
+    barrier()
+    torch.save(rng_state(), os.path.join(tmp, f"rng-{rank}.pt"))
+    if rank == 0:
+        torch.save({"model": msd, "optimizer": osd, "step": step, "order": order, "world": world()},
+                   os.path.join(tmp, "state.pt"))
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(vars(a), f, indent=1)
+    barrier()
+    if rank == 0:
+        os.replace(tmp, final) if not os.path.exists(final) else (shutil.rmtree(final), os.replace(tmp, final))
+        for old in checkpoints(a.out)[:-a.keep]:
+            shutil.rmtree(old)
+    barrier()
+
+
+def check_finite(state):
+    bad = [k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise SystemExit(f"refusing to save non-finite weights ({len(bad)} tensors, e.g. {bad[0]})")
+
+
+def save_final(model, tok, path, rank):
+    """A Hugging Face folder of the whole model, never with non-finite weights."""
+    msd, _ = full_state(model)
+    if rank == 0:
+        check_finite(msd)
+        tmp = path + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp, state_dict=msd)
+        tok.save_pretrained(tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    barrier()
+
+
+def check_resume(a):
+    """The saved config must equal this run's, but for RESUME_FREE flags."""
+    with open(os.path.join(a.out, "config.json")) as f:
+        saved = json.load(f)
+    now = json.loads(json.dumps(vars(a)))
+    diff = sorted(k for k in set(saved) | set(now) if k not in RESUME_FREE and saved.get(k) != now.get(k))
+    if diff:
+        raise SystemExit(f"--resume: the config differs from the saved run in {', '.join('--' + k.replace('_', '-') for k in diff)}"
+                         f" ({'; '.join(f'{k}: {saved.get(k)!r} -> {now.get(k)!r}' for k in diff)})")
+
+
+# ---------------------------------------------------------------------------------------------
+def strict(x):
+    """JSON-safe copy: non-finite floats become null (json.dumps would write bare NaN)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [strict(v) for v in x]
+    return x
+
+
 def main(argv=None):
     a = get_args(argv)
+    if not a.resume and not a.overwrite and os.path.isdir(a.out) and os.listdir(a.out):
+        raise SystemExit(f"--out {a.out} holds an earlier run: pass --resume to continue it or --overwrite to replace it")
+    if a.resume and not os.path.exists(os.path.join(a.out, "config.json")):
+        raise SystemExit(f"--resume: no run to continue in --out {a.out} (no config.json)")
+    rank, _ = setup_dist(a)
+    main_rank = rank == 0
     random.seed(a.seed)
     torch.manual_seed(a.seed)
-    os.makedirs(a.out, exist_ok=True)
-    print(json.dumps(vars(a), indent=1))
-    with open(os.path.join(a.out, "config.json"), "w") as f:
-        json.dump(vars(a), f, indent=1)
-    files = {k: open(os.path.join(a.out, f"{k}.jsonl"), "w") for k in ("metrics", "rollouts", "eval")}
+
+    # data first: a bad row fails before any model work or any file is touched
+    try:
+        tasks = load_tasks(a.data, a.skip_bad_rows)
+        evals = load_tasks(a.eval_data, a.skip_bad_rows)[:a.eval_limit] if a.eval_data else []
+        convs = load_sft(a.sft_data, a.skip_bad_rows)[:a.sft_limit] if a.sft_data else []
+    except DataError as e:
+        raise SystemExit(f"error: {e}") from None
+    if a.resume:
+        check_resume(a)
+    elif main_rank:
+        if a.overwrite:
+            shutil.rmtree(a.out, ignore_errors=True)
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "config.json"), "w") as f:
+            json.dump(vars(a), f, indent=1)
+    barrier()
+    if main_rank:
+        print(json.dumps(vars(a), indent=1))
+    files = {k: open(os.path.join(a.out, f"{k}.jsonl"), "a") for k in ("metrics", "rollouts", "eval")} if main_rank else {}
 
     def log(row, kind="metrics"):
-        files[kind].write(json.dumps(row) + "\n")
-        files[kind].flush()
+        if main_rank:
+            files[kind].write(json.dumps(strict(row), allow_nan=False) + "\n")
+            files[kind].flush()
 
-    # data first: a bad row fails before any model work
-    tasks = load_tasks(a.data, a.skip_bad_rows)
-    evals = load_tasks(a.eval_data, a.skip_bad_rows)[:a.eval_limit] if a.eval_data else []
-    convs = load_sft(a.sft_data, a.skip_bad_rows)[:a.sft_limit] if a.sft_data else []
-    # model: a named one, or the tiny demo built from the training data
-    name = a.model
+    # model: the SFT result of this run when there is one, else a named one, or the tiny demo
+    sft_dir, base_dir = os.path.join(a.out, "sft"), os.path.join(a.out, "base")
+    done_sft = os.path.isdir(sft_dir)
+    name = sft_dir if done_sft else a.model
     if name is None:
         import tiny
-        name = tiny.build(os.path.join(a.out, "base"), tiny.world_texts(tasks, convs), a.seed, *a.tiny_size)
-    model, tok = load_policy(name, a.dtype, a.device, a.grad_ckpt)
+        if not os.path.isdir(base_dir):
+            if main_rank:
+                tiny.build(base_dir + ".tmp", tiny.world_texts(tasks, convs), a.seed, *a.tiny_size)
+                os.replace(base_dir + ".tmp", base_dir)
+            barrier()
+        name = base_dir
+    model, tok = load_policy(name, "float32", a.device, a.grad_ckpt)  # float32 master weights, see autocast()
+    n_tokens = lambda t: len(prompt_ids(tok, t))  # noqa: E731
+    (tasks, n_rl), (evals, n_ev) = drop_long(tasks, n_tokens, a.max_prompt_tokens), drop_long(evals, n_tokens, a.max_prompt_tokens)
+    if main_rank and n_rl + n_ev:
+        print(f"dropped {n_rl} RL and {n_ev} eval prompts over --max-prompt-tokens {a.max_prompt_tokens}")
+    if not tasks:
+        raise SystemExit(f"no RL prompt fits --max-prompt-tokens {a.max_prompt_tokens}")
     sim_client = llm.client_from_args(a, "sim")
     sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
-                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache)
+                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed)
     judge_client = llm.client_from_args(a, "judge")
     judge = llm.LLMJudge(judge_client) if judge_client else rewards.FactsJudge()
+
+    t_start = time.time()
+    model = shard(model, a.dtype)
+    if convs and not done_sft:
+        with autocast(a):
+            sft(model, tok, convs, a, log)
+        save_final(model, tok, sft_dir, rank)
+    ref = None
+    if a.kl_beta:  # the frozen SFT policy, kept in the compute dtype
+        ref = shard(load_policy(sft_dir if os.path.isdir(sft_dir) else name, a.dtype, a.device)[0], a.dtype).eval()
+        ref.requires_grad_(False)
 
     def run_eval(label, step):
         if not evals:
             return None
-        summary, _, _ = evaluate(model.eval(), tok, evals, sim, judge, a.gen_batch, a.max_turns, a.max_tokens)
+        mine = evals[rank::world()]
+        with gathered(model.eval()), autocast(a):
+            rs = rollout(model, tok, mine, sim, temperature=0.0, max_turns=a.max_turns, max_tokens=a.max_tokens,
+                         batch_size=a.gen_batch, max_tool_rounds=a.max_tool_rounds or None)
+        summary = summarize(gather(score_rollouts(rs, judge)))
         log({"label": label, "step": step, **summary}, "eval")
-        print(format_table({label: summary["all"]}))
+        if main_rank:
+            print(format_table({label: summary["all"]}))
         return summary["all"]
 
-    t_start = time.time()
-    if convs:
-        sft(model, tok, convs, a, log)
-        model.save_pretrained(os.path.join(a.out, "sft"))
-        tok.save_pretrained(os.path.join(a.out, "sft"))
-    table = {"before RL": run_eval("before RL", 0)}
-
-    ref = None
-    if a.kl_beta:
-        ref = copy.deepcopy(model).eval().requires_grad_(False)
+    # RL state: fresh, or the latest complete checkpoint
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     order = list(range(len(tasks)))
     random.Random(a.seed).shuffle(order)
+    random.seed(a.seed + 1)  # RL starts from the same RNG state whether SFT ran now or in an earlier process
+    torch.manual_seed(a.seed + 1)
+    start, found = 0, checkpoints(a.out) if a.resume else []
+    if found:
+        state = torch.load(os.path.join(found[-1], "state.pt"), weights_only=False)
+        if state["world"] != world():
+            raise SystemExit(f"--resume: {found[-1]} was written by {state['world']} processes, this run has {world()}")
+        load_state(model, opt, state["model"], state["optimizer"])
+        set_rng_state(torch.load(os.path.join(found[-1], f"rng-{rank}.pt"), weights_only=False))
+        start, order = state["step"], state["order"]
+        if main_rank:
+            print(f"resumed from {found[-1]}: RL step {start}")
+    table = {"before RL": run_eval("before RL", 0) if start == 0 else None}
+
     steps = len(tasks) // a.prompts_per_step if a.steps is None else a.steps
-    for step in tqdm(range(steps), desc="rl"):
-        idx = [order[(step * a.prompts_per_step + j) % len(order)] for j in range(a.prompts_per_step)]
-        m, rs, scores, (at, asum) = rl_step(model, ref, tok, opt, [tasks[i] for i in idx], sim, judge, a, step)
+    mine = rank_prompts(a.prompts_per_step, a.mini_batch, rank, world())
+    bad = 0
+    for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
+        pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
+        with autocast(a):
+            m, rs, scores, (at, asum), bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
+                                                     pos, sim, judge, a, step, bad)
         m["elapsed"] = time.time() - t_start
         log(m)
-        for i, (r, s) in enumerate(zip(rs, scores)):
-            log({"step": step, "group": r.group, "question": r.task.question, "turns": r.turns, "stop": r.stop,
+        rows = [{"step": step, "group": r.group, "question": r.task.question, "turns": r.turns, "stop": r.stop,
                  **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum")},
-                 "adv_tool": float(at[i]), "adv_sum": float(asum[i])}, "rollouts")
-        tqdm.write(f"step {step}: score {m['score']:.3f} process {m['process']:.3f} summary {m['summary']:.3f} "
-                   f"tool_turns {m['tool_turns']:.2f} kl {m['kl']:.4f} clip {m['clip_frac']:.3f} "
-                   f"conflict {m['sign_conflict']:.2f}")
-        for r, s in list(zip(rs, scores))[:: max(1, len(rs) // max(1, a.show))][:a.show]:
-            tqdm.write(f"  [{s['score']:+.2f} tool {s['r_tool']:.2f} sum {s['r_sum']:.2f} {r.stop}] "
-                       f"{r.task.question[:80]!r}\n    -> {r.text[-300:]!r}")
+                 "adv_tool": float(at[i]), "adv_sum": float(asum[i])} for i, (r, s) in enumerate(zip(rs, scores))]
+        for row in gather(rows):
+            log(row, "rollouts")
+        if main_rank:
+            tqdm.write(f"step {step}: score {m['score']:.3f} process {m['process']:.3f} summary {m['summary']:.3f} "
+                       f"tool_turns {m['tool_turns']:.2f} kl {m['kl']:.4f} clip {m['clip_frac']:.3f} "
+                       f"conflict {m['sign_conflict']:.2f}")
+            for r, s in list(zip(rs, scores))[:: max(1, len(rs) // max(1, a.show))][:a.show]:
+                tqdm.write(f"  [{s['score']:+.2f} tool {s['r_tool']:.2f} sum {s['r_sum']:.2f} {r.stop}] "
+                           f"{r.task.question[:80]!r}\n    -> {r.text[-300:]!r}")
         if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
             run_eval(f"step {step + 1}", step + 1)
+        if a.save_every and (step + 1) % a.save_every == 0 and step + 1 < steps:
+            save_checkpoint(model, opt, a, step + 1, order, rank)
 
-    if steps:
+    if steps > start:
         table["after RL"] = run_eval("after RL", steps)
     final = os.path.join(a.out, "final")
-    model.save_pretrained(final)
-    tok.save_pretrained(final)
-    if all(table.values()):
-        print(format_table(table))
-    print(f"done in {time.time() - t_start:.0f}s; checkpoint in {final}")
+    save_final(model, tok, final, rank)
+    if main_rank:
+        if all(table.values()):
+            print(format_table(table))
+        print(f"done in {time.time() - t_start:.0f}s; checkpoint in {final}")
     for f in files.values():
         f.close()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

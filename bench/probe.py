@@ -1,0 +1,113 @@
+"""GPU step probe: one RL step of a random-initialised Qwen2 at the paper preset, per size.
+
+    python bench/probe.py                        # 0.5B, 1.5B and 3B shapes, G = 16, on the GPU
+    python bench/probe.py --sizes tiny --device cpu --prompts 1 --group-size 2 --new-tokens 8   # CPU smoke
+
+For each shape (Qwen2.5's: hidden, layers, heads, kv heads, MLP width, 151,936-token
+vocabulary, tied embeddings) it builds the model the way train.py does (float32 master
+weights, bf16 autocast, activation checkpointing, a bf16 reference), samples G rollouts for
+each of --prompts synthetic prompts of --prompt-tokens random ids (exactly --new-tokens
+each), then runs the old and reference log-prob passes and the PPO update (train.ppo_update,
+the release's loss aggregation). It prints sampling tokens/s, the time of each phase, and
+the peak GPU memory beside what README's memory plan predicts for the states
+(18 B per parameter). Without a GPU (and without --device cpu) it says so and exits 0.
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import train  # noqa: E402
+
+SHAPES = {  # Qwen2.5 configs: hidden, layers, heads, kv heads, intermediate
+    "tiny": (64, 2, 4, 2, 128),
+    "0.5B": (896, 24, 14, 2, 4864),
+    "1.5B": (1536, 28, 12, 2, 8960),
+    "3B": (2048, 36, 16, 2, 11008),
+}
+VOCAB = 151936  # Qwen2.5's tokenizer
+
+
+def probe(size, p):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    h, layers, heads, kv, inter = SHAPES[size]
+    cfg = Qwen2Config(vocab_size=VOCAB if size != "tiny" else 512, hidden_size=h, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=inter,
+                      tie_word_embeddings=True, max_position_embeddings=32768)
+    a = train.get_args(["--model", "probe", "--data", "data/world/rl.jsonl", "--eval-data", "", "--sft-data", "",
+                        "--group-size", str(p.group_size), "--prompts-per-step", str(p.prompts),
+                        "--mini-batch", str(p.prompts), "--micro-batch", str(p.micro_batch), "--device", p.device,
+                        "--dtype", "bfloat16"])
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(cfg).to(p.device)                             # float32 master weights
+    model.activation_checkpointing_enable()
+    model.config.use_cache = False
+    ref = Qwen2ForCausalLM(cfg).to(p.device, torch.bfloat16).eval().requires_grad_(False)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    n_params = sum(x.numel() for x in model.parameters())
+    cuda = p.device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    B, T = p.prompts * p.group_size, p.prompt_tokens
+    prompt = torch.randint(0, cfg.vocab_size, (p.prompts, T), device=p.device).repeat_interleave(p.group_size, 0)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    times = {}
+    with train.autocast(a):
+        sync()
+        t = time.time()
+        model.config.use_cache = True
+        with torch.no_grad():
+            out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=True,
+                                 max_new_tokens=p.new_tokens, min_new_tokens=p.new_tokens, top_k=0, top_p=1.0)
+        model.config.use_cache = False
+        sync()
+        times["sample"] = time.time() - t
+        resp = torch.zeros_like(out)
+        resp[:, T:] = 1
+        tool = resp.clone()
+        tool[:, T + p.new_tokens // 2:] = 0
+        batch = {"input_ids": out, "attention_mask": torch.ones_like(out), "response_mask": resp,
+                 "tool_mask": tool, "summary_mask": resp - tool}
+        A = torch.randn(B, 1, device=p.device) * resp                    # (B, L)
+        t = time.time()
+        with torch.no_grad():
+            old = torch.cat([train.token_logprobs(model, *(batch[k][r] for k in ("input_ids", "attention_mask",
+                            "response_mask"))) for r in torch.arange(B).split(a.micro_batch)])
+            refl = torch.cat([train.token_logprobs(ref, *(batch[k][r] for k in ("input_ids", "attention_mask",
+                             "response_mask"))) for r in torch.arange(B).split(a.micro_batch)])
+        sync()
+        times["old+ref"] = time.time() - t
+        t = time.time()
+        train.ppo_update(model, opt, batch, old, refl, A, a, 0)
+        sync()
+        times["update"] = time.time() - t
+    peak = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
+    print(f"{size:>5} {n_params / 1e9:6.2f}B  sample {B * p.new_tokens / times['sample']:8.0f} tok/s  "
+          + "  ".join(f"{k} {v:6.1f}s" for k, v in times.items())
+          + f"  step {sum(times.values()):6.1f}s  peak {peak:6.1f} GB  (plan: states {18 * n_params / 1e9:.1f} GB)")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", nargs="+", default=["0.5B", "1.5B", "3B"], choices=list(SHAPES))
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--group-size", type=int, default=16)
+    p.add_argument("--prompts", type=int, default=2, help="prompts per step (G rollouts each)")
+    p.add_argument("--prompt-tokens", type=int, default=2048)
+    p.add_argument("--new-tokens", type=int, default=1024, help="sampled tokens per rollout")
+    p.add_argument("--micro-batch", type=int, default=8)
+    p = p.parse_args(argv)
+    if p.device.startswith("cuda") and not torch.cuda.is_available():
+        print("no GPU here: bench/probe.py measures a GPU step; run it on a machine with CUDA "
+              "(or pass --device cpu for a smoke run)")
+        return 0
+    for size in p.sizes:
+        probe(size, p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

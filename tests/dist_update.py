@@ -1,0 +1,49 @@
+"""PPO updates of train.ppo_update on a fixed, synthetic rollout batch, for the distributed
+test (tests/test_distributed.py): `torchrun --nproc_per_node N tests/dist_update.py OUT`.
+
+Every rank builds the same global batch (4 prompts × G = 2 rollouts, seeded) and keeps the
+rows of its prompts (train.rank_prompts); with N > 1 the policy is sharded with FSDP2 on the
+gloo backend. Rank 0 saves the updated weights of each loss aggregation to OUT."""
+import sys
+
+import torch
+
+import train
+from helpers import tiny_model
+
+P, G, L = 4, 2, 12
+
+
+def update(agg, rank=0, world=1):
+    """Two PPO epochs of two mini-batches on this rank's rows: (weights, loss, grad norm)."""
+    a = train.get_args(["--data", "data/world/rl.jsonl", "--prompts-per-step", str(P), "--mini-batch", "2",
+                        "--group-size", str(G), "--micro-batch", "3", "--lr", "1e-2", "--loss-agg", agg,
+                        "--grad-clip", "0.5", "--ppo-epochs", "2", "--device", "cpu"])
+    torch.manual_seed(0)
+    model = tiny_model()
+    V = model.config.vocab_size
+    ids = torch.randint(0, V, (P * G, L))                                 # (B, L)
+    attn = torch.ones(P * G, L, dtype=torch.long)
+    attn[::3, -3:] = 0                                                    # some right padding
+    resp = (torch.rand(P * G, L) < 0.7).long() * attn
+    resp[:, :3] = 0                                                       # the prompt
+    tool = resp * (torch.arange(L) < 7)
+    batch = {"input_ids": ids, "attention_mask": attn, "response_mask": resp, "tool_mask": tool,
+             "summary_mask": resp - tool}
+    old = -torch.rand(P * G, L) * resp                                    # (B, L)
+    ref = -torch.rand(P * G, L) * resp
+    A = torch.randn(P * G, L) * resp
+    rows = [p * G + g for p in train.rank_prompts(P, a.mini_batch, rank, world) for g in range(G)]
+    model = train.shard(model, a.dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    stats, _ = train.ppo_update(model, opt, {k: v[rows] for k, v in batch.items()}, old[rows], ref[rows], A[rows], a, 0)
+    return train.full_state(model)[0], stats["loss"], stats["grad_norm"]
+
+
+if __name__ == "__main__":
+    a = train.get_args(["--data", "data/world/rl.jsonl", "--device", "cpu"])
+    rank, world = train.setup_dist(a)
+    out = {agg: update(agg, rank, world) for agg in ("seq-mean-token-mean", "token-mean")}
+    if rank == 0:
+        torch.save(out, sys.argv[1])
+    torch.distributed.destroy_process_group()
