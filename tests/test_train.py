@@ -211,3 +211,32 @@ def test_headline_command_uses_the_release_splits(monkeypatch):
     assert (a.data, a.eval_data, a.sft_data) == (files["rl"], files["eval"], files["sft"])
     assert (a.group_size, a.prompts_per_step, a.loss_agg, a.max_tool_rounds, a.dtype) == \
         (16, 128, "seq-mean-token-mean", 6, "bfloat16")
+
+
+def test_endpoint_failures_are_dropped_counted_and_stop_the_run_past_the_limit(world, monkeypatch):
+    tmp, rl, _ = world
+    real_score, real_update, seen = train.score_rollouts, train.ppo_update, {}
+
+    def judge_down_for(share):
+        def score(rs, *a, **k):
+            out = real_score(rs, *a, **k)
+            for i, s in enumerate(out):
+                s["judge_failed"] = float(i < share * len(out))
+            return out
+        return score
+
+    def update(model, opt, batch, *a, **k):
+        seen["mask"] = batch["response_mask"].clone()
+        return real_update(model, opt, batch, *a, **k)
+
+    argv = ["--data", rl, "--sft-data", "", "--eval-data", "", "--steps", "1", "--group-size", "4",
+            "--prompts-per-step", "2", "--mini-batch", "2", "--max-tokens", "16", "--max-turns", "1"]
+    monkeypatch.setattr(train, "score_rollouts", judge_down_for(0.25))
+    monkeypatch.setattr(train, "ppo_update", update)
+    train.main(argv + ["--out", str(tmp / "a")])
+    m, = [json.loads(l) for l in open(tmp / "a" / "metrics.jsonl")]
+    assert m["judge_failed"] == 0.25 and m["sim_failed"] == 0.0
+    assert seen["mask"][:2].sum() == 0 and seen["mask"][2:].sum(1).min() > 0   # the two failed rollouts: no tokens
+    monkeypatch.setattr(train, "score_rollouts", judge_down_for(0.75))
+    with pytest.raises(SystemExit, match=r"75% of the rollouts.*the judge \(http://judge:1/v1\)"):
+        train.main(argv + ["--out", str(tmp / "b"), "--judge-url", "http://127.0.0.1:9/v1"])
