@@ -238,5 +238,5 @@ def test_endpoint_failures_are_dropped_counted_and_stop_the_run_past_the_limit(w
     assert m["judge_failed"] == 0.25 and m["sim_failed"] == 0.0
     assert seen["mask"][:2].sum() == 0 and seen["mask"][2:].sum(1).min() > 0   # the two failed rollouts: no tokens
     monkeypatch.setattr(train, "score_rollouts", judge_down_for(0.75))
-    with pytest.raises(SystemExit, match=r"75% of the rollouts.*the judge \(http://judge:1/v1\)"):
+    with pytest.raises(SystemExit, match=r"75% of the rollouts.*the judge \(http://127.0.0.1:9/v1\)"):
         train.main(argv + ["--out", str(tmp / "b"), "--judge-url", "http://127.0.0.1:9/v1"])
