@@ -16,7 +16,19 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from hermes import TOOLS_HEAD, TOOLS_TAIL
+# Qwen2.5-Instruct's chat template writes these around the tools (one JSON object per line);
+# CHAT_TEMPLATE below, data/make_world.py's system prompts and bench/hermes.py use them.
+TOOLS_HEAD = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+              "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+TOOLS_TAIL = ("\n</tools>\n\nFor each function call, return a json object with function name and "
+              "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+              "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>")
+
+
+def tools_prompt(tools):
+    """The tool block Qwen2.5's chat template appends to the system message."""
+    return TOOLS_HEAD + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) + TOOLS_TAIL
+
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # Qwen2.5's: pad, turn start, eos
 # Qwen2.5 also keeps these as single (non-special) tokens, so a turn can stop on </tool_call>

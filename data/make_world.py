@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for hermes.py
-from hermes import tools_prompt  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for tiny.py
+from tiny import tools_prompt  # noqa: E402
 
 SIZES = {"sft": 2000, "rl": 1000, "eval": 200}
 TYPES = ["single_step_single_tool", "single_step_parallel", "multi_step_all_serial",

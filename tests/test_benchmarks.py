@@ -1,4 +1,4 @@
-"""bench_bfcl.py and bench_tau2.py: BFCL V3 and tau2-bench adapters (CPU; skipped when the extra is missing).
+"""bench/bfcl.py and bench/tau2.py: BFCL V3 and tau2-bench adapters (CPU; skipped when the extra is missing).
 
 Install the extra with:
     pip install -r requirements-bench.txt && pip install --no-deps -r requirements-bench-nodeps.txt
@@ -12,8 +12,8 @@ from unittest import mock
 
 import pytest
 
-import bench_bfcl as BF
-import bench_tau2 as T2
+from bench import bfcl as BF
+from bench import tau2 as T2
 from segment import find_blocks
 
 INSTALL = ("benchmark extra not installed: pip install -r requirements-bench.txt && "
@@ -111,8 +111,8 @@ def test_bfcl_gold_scores_100(bfcl, tmp_path):
     for c in BF.AST_CATEGORIES:
         assert summary["per_category"][c] == {"correct": 5, "total": 5, "accuracy": 1.0}, c
     assert summary["non_live_ast"] == summary["live_ast"] == summary["overall_ast"] == 1.0
-    rows = [json.loads(line) for line in open(out)]
-    assert len(rows) == 40 and all(r["valid"] for r in rows)
+    head, *rows = [json.loads(line) for line in open(out)]
+    assert head == {"fingerprint": {}} and len(rows) == 40 and all(r["valid"] for r in rows)
     # the SLCA eval format (all calls as one JSON list in one block) scores the same
     assert all(BF.score(it, BF.gold_output(it, as_list=True))["valid"] for it in items)
 
@@ -176,13 +176,14 @@ def test_bfcl_tools_match_bfcl_convert_to_tool(bfcl):
         if name.startswith("bfcl_eval.model_handler"):
             del sys.modules[name]
     n = 0
-    for c in BF.AST_CATEGORIES + BF.RELEVANCE_CATEGORIES:
-        for it in BF.load(c):
-            ref = convert_to_tool(func_doc_language_specific_pre_processing(copy.deepcopy(it["functions"]), c),
+    for c in BF.CATEGORIES:
+        for it in BF.load(c, limit=20 if BF.is_multi_turn(c) else None):
+            docs = it["functions"] + [d for ds in it.get("missed", {}).values() for d in ds]
+            ref = convert_to_tool(func_doc_language_specific_pre_processing(copy.deepcopy(docs), c),
                                   GORILLA_TO_OPENAPI, ModelStyle.OSSMODEL)
-            assert [t["function"] for t in BF.openai_tools(it["functions"])] == ref, it["id"]
+            assert [t["function"] for t in BF.openai_tools(docs, c)] == ref, it["id"]
             n += 1
-    assert n > 3000
+    assert n > 3200
     tool = BF.openai_tools(BF.load("simple", limit=2)[1]["functions"])[0]
     assert tool["type"] == "function" and tool["function"]["name"] == "math_factorial"
     assert tool["function"]["parameters"]["type"] == "object"
@@ -199,9 +200,112 @@ def test_run_bfcl_resumes(bfcl, tmp_path):
     assert sum(gen.calls) == 6 and s["per_category"]["simple"]["total"] == 3
     s = BF.run_bfcl(gen, cats, limit=4, batch_size=2, out_jsonl=out)
     assert sum(gen.calls) == 8 and s["per_category"]["live_parallel"]["total"] == 4
-    assert len(open(out).readlines()) == 8
+    assert len(open(out).readlines()) == 1 + 8  # the fingerprint line, then the items
     with pytest.raises(ValueError):
         BF.run_bfcl(lambda m, t: [], ("multiple",), limit=1, out_jsonl=None)
+
+
+def test_bfcl_java_and_javascript_answers_are_source_strings(bfcl):
+    """Java/JavaScript arguments are strings of source code, checked in that language."""
+    java = BF.load("java", limit=1)[0]
+    assert BF.score(java, BF.gold_output(java))["valid"]  # 'mapController', 'mapArea': any-typed
+    js = BF.load("javascript", limit=1)[0]
+    call = ('<tool_call>{"name": "validateUserInput", "arguments": '
+            '{"inputField": "userInputField", "isComplete": %s}}</tool_call>')
+    assert BF.score(js, call % '"true"')["valid"]
+    assert BF.score(js, call % "true")["error_type"] == "type_error:js"        # a JSON bool is not JS source
+    assert not BF.score(js, call % '"false"')["valid"]
+    tool = BF.openai_tools(js["functions"], "javascript")[0]["function"]
+    assert tool["description"].endswith(" Note that the provided function is in JavaScript syntax.")
+    assert {p["type"] for p in tool["parameters"]["properties"].values()} == {"string"}
+    nested = call % ('"' + "[" * (BF.MAX_BRACKETS + 1) + '"')
+    assert BF.score(js, nested)["error_type"] == "value_too_nested"  # never reaches bfcl-eval's regex parser
+
+
+def test_bfcl_summary_formulas():
+    rec = lambda cat, ok: {"category": cat, "valid": ok}  # noqa: E731
+    rows = ([rec("simple", True), rec("java", False), rec("javascript", True), rec("multiple", True)]
+            + [rec("live_simple", True)] + [rec("live_multiple", False)] * 3
+            + [rec("multi_turn_base", True), rec("multi_turn_miss_func", False), rec("multi_turn_miss_func", True)])
+    s = BF.summarize(rows)
+    assert s["simple_ast"] == pytest.approx(2 / 3)                 # (1 + 0 + 1) / 3
+    assert s["non_live_ast"] == pytest.approx((2 / 3 + 1) / 2)     # categories not run are left out
+    assert s["live_ast"] == pytest.approx(0.25)
+    assert s["multi_turn"] == pytest.approx(0.75)                  # (1 + 0.5) / 2
+    assert s["overall"] == pytest.approx(((2 / 3 + 1) / 2 + 0.25 + 0.75) / 3)
+    assert BF.summarize([rec("multi_turn_base", True)])["overall"] == 1.0
+
+
+def test_execute_runs_backend_methods_without_eval(bfcl):
+    item = BF.load("multi_turn_base", limit=1)[0]
+    fs = BF.backends(item["involved_classes"], item["initial_config"])
+    assert "GorillaFileSystem" in fs
+    assert BF.execute(fs, "pwd", {}) == json.dumps(fs["GorillaFileSystem"].pwd())
+    assert BF.execute(fs, "cd", {"folder": "document"}) == '{"current_working_directory": "document"}'
+    assert BF.execute(fs, "__import__", {"name": "os"}) == "Error during execution: name '__import__' is not defined"
+    assert BF.execute(fs, "run", {}) == "Error during execution: Function call run is not allowed."
+    assert BF.execute(fs, "cd", {"nope": 1}).startswith("Error during execution: ")
+    math = BF.backends(["MathAPI"], {})
+    assert BF.execute(math, "power", {"base": 2, "exponent": 10}) == '{"result": 1024}'
+    assert "limit of 1000" in BF.execute(math, "power", {"base": 10, "exponent": 10 ** 9})
+    assert BF.parse_source("sort('a.pdf', lines=3)") == ("sort", ["a.pdf"], {"lines": 3})
+    for bad in ("f(x=__import__('os'))", "os.system('ls')", "f(**{'a': 1})", "f(", "[1]"):
+        with pytest.raises(ValueError):
+            BF.parse_source(bad)
+
+
+def _replay(items, turns_of=BF.gold_turns):
+    """A generate() that answers every episode with its item's scripted replies, in order; it
+    finds the item by its first user message and the step by the assistant turns so far."""
+    script = {it["turns"][0][0]["content"]: [r for t in turns_of(it) for r in t] for it in items}
+    assert len(script) == len(items)
+    seen = []
+
+    def generate(batch, tools):
+        seen.append((copy.deepcopy(batch), tools))
+        return [script[next(m["content"] for m in msgs if m["role"] == "user")]
+                [sum(m["role"] == "assistant" for m in msgs)] for msgs in batch]
+    generate.seen = seen
+    return generate
+
+
+@pytest.mark.parametrize("category", BF.MULTI_TURN_CATEGORIES[:3])
+def test_multi_turn_gold_replay_scores_100_and_corruptions_fail(bfcl, category, tmp_path):
+    items = BF.load(category, limit=4)
+    out = tmp_path / "mt.jsonl"
+    s = BF.run_bfcl(_replay(items), (category,), limit=4, batch_size=3, out_jsonl=out)
+    assert s["per_category"][category] == {"correct": 4, "total": 4, "accuracy": 1.0}
+    rows = [json.loads(line) for line in open(out)][1:]
+    assert all(r["valid"] and len(r["output"]) == len(r["decoded"]) for r in rows)
+    item = next(it for it in items if len(it["ground_truth"][0]) >= 2)
+    gold = BF.gold_turns(item)
+    assert BF.score_multi_turn(item, gold)["valid"]
+    dropped = [gold[0][1:]] + gold[1:]                             # the first call of turn 0 left out
+    assert not BF.score_multi_turn(item, dropped)["valid"]
+    assert BF.score_multi_turn(item, gold[:-1])["error_type"] == "multi_turn:force_terminated"
+    nothing = [["I will not."] for _ in gold]
+    assert BF.score_multi_turn(item, nothing)["error_type"] == "multi_turn:empty_turn_model_response"
+
+
+def test_miss_func_offers_the_held_out_function_at_its_turn(bfcl):
+    item = BF.load("multi_turn_miss_func", limit=1)[0]
+    (turn, docs), = item["missed"].items()
+    held = docs[0]["name"]
+    gen = _replay([item])
+    BF.play(gen, [item])
+    names = [{t["function"]["name"] for t in tools[0]} for _, tools in gen.seen]
+    users = [[m["content"] for m in batch[0] if m["role"] == "user"] for batch, _ in gen.seen]
+    first = next(k for k, u in enumerate(users) if len(u) == int(turn) + 1)  # the first step of that turn
+    assert all(held not in n for n in names[:first]) and all(held in n for n in names[first:])
+    assert users[first][-1] == "I have updated some more functions you can choose from. What about now?"
+
+
+def test_multi_turn_force_quit_after_the_step_limit(bfcl):
+    item = BF.load("multi_turn_base", limit=1)[0]
+    calls = lambda batch, tools: ['<tool_call>{"name": "pwd", "arguments": {}}</tool_call>'] * len(batch)  # noqa: E731
+    outputs = BF.play(calls, [item])[item["id"]]
+    assert len(outputs) == 1 and len(outputs[0]) == 21              # MAXIMUM_STEP_LIMIT = 20, then it quits
+    assert BF.score_multi_turn(item, outputs)["error_type"] == "multi_turn:force_terminated"
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,17 +393,23 @@ def test_run_tau2_resumes_and_records_errors(tau2, tmp_path):
         raise AssertionError("resumed tasks must not run again")
 
     s = T2.run_tau2("telecom", must_not_run, must_not_run, num_tasks=2, out_jsonl=out)
-    assert s["per_domain"]["telecom"]["n"] == 2 and len(open(out).readlines()) == 2
-    # a run that raises (here: an empty agent reply, which tau2 rejects) scores 0, error kept
-    s = T2.run_tau2("telecom", lambda m, t: {"content": ""}, T2.hangup_user, num_tasks=3, out_jsonl=out)
-    rows = [json.loads(line) for line in open(out)]
+    assert s["per_domain"]["telecom"]["n"] == 2 and len(open(out).readlines()) == 1 + 2
+
+    def broken(messages, tools):
+        raise RuntimeError("endpoint down")
+
+    # a run that raises scores 0, its error kept
+    s = T2.run_tau2("telecom", broken, T2.hangup_user, num_tasks=3, out_jsonl=out)
+    rows = [json.loads(line) for line in open(out)][1:]
     ids2 = {t.id for t in T2.load_tasks("telecom", num_tasks=2)}
     new = [r for r in rows if r["task_id"] not in ids2]
     assert len(rows) == 2 + len(new) and new and all("error" in r and r["reward"] == 0.0 for r in new)
     assert s["per_domain"]["telecom"] == {"n": 3, "passed": 0, "errors": len(new), "pass^1": 0.0}
-    with pytest.raises(ValueError):
-        T2.run_tau2("telecom", lambda m, t: {"content": ""}, T2.hangup_user, num_tasks=4,
-                   out_jsonl=out, raise_errors=True)
+    with pytest.raises(RuntimeError):
+        T2.run_tau2("telecom", broken, T2.hangup_user, num_tasks=4, out_jsonl=out, raise_errors=True)
+    with pytest.raises(SystemExit, match="agent="):  # another model's file is not resumed
+        T2.run_tau2("telecom", T2.noop_agent, T2.hangup_user, num_tasks=2, out_jsonl=out,
+                    fingerprint={"agent": "other"})
 
 
 def test_run_tau2_runs_tasks_on_threads(tau2, tmp_path):
@@ -312,7 +422,7 @@ def test_run_tau2_runs_tasks_on_threads(tau2, tmp_path):
 
     s = T2.run_tau2(["retail", "telecom"], slow_noop, T2.hangup_user, num_tasks=2, out_jsonl=out, batch_size=4)
     assert s["per_domain"]["retail"]["n"] == s["per_domain"]["telecom"]["n"] == 2 and s["overall"] == 0.0
-    assert len(open(out).readlines()) == 4 and len(threads) > 1
+    assert len(open(out).readlines()) == 1 + 4 and len(threads) > 1
     assert tau2.agent.llm_agent.generate is tau2.utils.llm_utils.generate  # patch undone
 
 
@@ -338,3 +448,18 @@ def test_tau2_gold_replay_through_hermes_text(tau2):
         rec = T2.run_task(domain, task, as_text(agent_fn), as_text(user_fn))
         assert rec["reward"] == 1.0, (domain, task.id, rec["reward_breakdown"])
         assert not any("think" in (m["content"] or "") for m in rec["messages"])
+
+
+def test_tau2_empty_replies_are_asked_again_then_become_a_dot(tau2):
+    task = _write_tasks("retail", 1)[0]
+    calls = []
+
+    def empty(messages, tools):
+        calls.append(len(messages))
+        return {"content": ""}
+
+    rec = T2.run_task("retail", task, empty, T2.hangup_user, max_steps=4)
+    assert "error" not in rec and rec["reward"] == 0.0
+    agent_turns = [m for m in rec["messages"] if m["role"] == "assistant"]
+    assert agent_turns and all(m["content"] == "." for m in agent_turns[1:])
+    assert len(calls) == (1 + T2.EMPTY_RETRIES) * (len(agent_turns) - 1)  # the greeting is tau2's own

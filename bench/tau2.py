@@ -5,7 +5,8 @@ model code: the agent and the user simulator are plain callables
 
     agent_fn(messages, tools) -> reply        user_fn(messages, tools) -> reply
 
-and eval.py plugs in models (in-process or endpoints). Install the optional extra:
+and eval.py plugs in models (in-process or endpoints; the release's settings: agent
+temperature 0.6, user temperature 0.7, 1,024 tokens per reply). Install the optional extra:
     pip install -r requirements-bench.txt && pip install --no-deps -r requirements-bench-nodeps.txt
 
 What runs: tau2's own Orchestrator (agent <-> user simulator <-> environment) and its own
@@ -20,22 +21,24 @@ dispatcher to the two callables.
     tools: OpenAI tool schemas (the user gets the telecom device tools, [] elsewhere).
     reply: {"content": str | None, "tool_calls": [{"name": str, "arguments": dict}, ...]}
         (either key may be missing; a bare str means {"content": str}). `parse_reply(text)`
-        turns a raw Hermes completion into one (rewards.predicted_calls, as bench_bfcl.py).
+        turns a raw Hermes completion into one (rewards.predicted_calls, as bench/bfcl.py).
 The user ends the episode by saying "###STOP###" (tau2's protocol); the limits are tau2's
-CLI defaults (200 steps, 10 tool errors).
+CLI defaults (200 steps, 10 tool errors). As in the release's runner, a reply with neither
+content nor calls (which tau2 rejects) is asked for again up to EMPTY_RETRIES times, then
+replaced by the content ".".
 
 Metric: pass^1 = mean over tasks of [reward == 1], one trial per task; the overall number
 is the unweighted mean over the domains that were run (also given: the per-task mean).
-Simplified: one trial, no LLM judge, no retries of empty replies; a task whose run raises
-(e.g. the model returned an empty reply, which tau2 rejects) scores 0 and the error is
-recorded, like tau2's skip_failed_samples. num_tasks subsamples each domain
-deterministically (random.Random(seed).sample, kept in file order). `batch_size` tasks run
-at once on threads (as tau2's own max_concurrency does); the callables must be thread-safe.
+Simplified: one trial, no LLM judge; a task whose run raises (e.g. an endpoint error)
+scores 0 and the error is recorded, like tau2's skip_failed_samples and the release's
+ignore_errors. num_tasks subsamples each domain deterministically (random.Random(seed)
+.sample, kept in file order). `batch_size` tasks run at once on threads (as tau2's own
+max_concurrency does; the release runs 5); the callables must be thread-safe.
 
-Results: one JSONL line per task (results.py; key domain + task_id, with the trajectory as
-chat dicts); a restart skips the tasks already there. Importing tau2 through this module
-silences its loguru output and sets LITELLM_LOCAL_MODEL_COST_MAP=True (litellm would
-otherwise try to download a price list).
+Results: one JSONL line per task (eval.py's result files, after the fingerprint line; key
+domain + task_id, with the trajectory as chat dicts); a restart skips the tasks already
+there. Importing tau2 through this module silences its loguru output and sets
+LITELLM_LOCAL_MODEL_COST_MAP=True (litellm would otherwise try to download a price list).
 
 Test helpers: gold_replay(task) -> (agent_fn, user_fn) replays the task's gold actions (the
 user callable performs the requestor="user" actions, which telecom needs; it reaches reward
@@ -43,7 +46,7 @@ user callable performs the requestor="user" actions, which telecom needs; it rea
 form a do-nothing pair; is_write_task(domain, task) tells whether the gold actions change
 the databases.
 
-    python eval.py tau2 --model runs/demo/final --user-url http://host:8000/v1 --out out/tau2.jsonl
+    python eval.py tau2 --model runs/slca-s0/final --user-url http://host:8000/v1 --out out/tau2.jsonl
 """
 import contextlib
 import functools
@@ -55,12 +58,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from tqdm import tqdm
 
-from results import append_jsonl, read_jsonl
+from eval import append_jsonl, resume
 from rewards import predicted_calls
 from segment import BLOCK_RE, strip_think
 
 DOMAINS = ("airline", "retail", "telecom")
 MAX_STEPS, MAX_ERRORS = 200, 10  # tau2's CLI defaults
+EMPTY_RETRIES = 3  # the release's TAU2_EMPTY_ASSISTANT_RETRY default
 AGENT, USER = "slca-agent", "slca-user"  # model names that route generate() to agent_fn / user_fn
 
 
@@ -120,9 +124,14 @@ def _patched_generate(agent_fn, user_fn):
 
     def generate(model, messages, tools=None, tool_choice=None, **kwargs):
         fn = {AGENT: agent_fn, USER: user_fn}[model]
-        reply = fn(to_chat(messages), [t.openai_schema for t in tools or []])
-        if isinstance(reply, str):
-            reply = {"content": reply}
+        chat, schemas = to_chat(messages), [t.openai_schema for t in tools or []]
+        for _ in range(1 + EMPTY_RETRIES):
+            reply = fn(chat, schemas)
+            reply = {"content": reply} if isinstance(reply, str) else reply
+            if reply.get("content") or reply.get("tool_calls"):
+                break
+        else:  # still empty: tau2 would reject it
+            reply = {"content": "."}
         calls = [ToolCall(id=f"call_{next(ids)}", name=c["name"], arguments=dict(c.get("arguments") or {}))
                  for c in reply.get("tool_calls") or []]
         return AssistantMessage(role="assistant", content=reply.get("content") or None,
@@ -182,11 +191,12 @@ def summarize(records):
 
 
 def run_tau2(domains, agent_fn, user_fn, num_tasks=None, out_jsonl=None, seed=0, batch_size=1,
-             max_steps=MAX_STEPS, max_errors=MAX_ERRORS, raise_errors=False):
+             max_steps=MAX_STEPS, max_errors=MAX_ERRORS, raise_errors=False, fingerprint=None):
     """Run a domain (or a list of them), `batch_size` tasks at once; append one record per
-    task to out_jsonl and skip the tasks already there. Returns summarize(...)."""
+    task to out_jsonl and skip the tasks already there (made under `fingerprint`,
+    eval.resume). Returns summarize(...)."""
     domains = [domains] if isinstance(domains, str) else list(domains)
-    previous = {(r.get("domain"), r.get("task_id")): r for r in read_jsonl(out_jsonl)}
+    previous = {(r.get("domain"), r.get("task_id")): r for r in resume(out_jsonl, fingerprint)}
     todo, records = [], []
     for dom in domains:
         for task in load_tasks(dom, num_tasks, seed):
