@@ -151,13 +151,14 @@ def resume(path, fingerprint=None):
 
 # ---------------------------------------------------------------------------------------------
 # toucan
-def score_rollouts(rs, judge, weights=None, lam_tool=1.0, lam_sum=1.0, workers=16):
-    """HierR for each rollout (rewards.score on its real tool responses), plus what the logs
-    need from the rollout. Scored on `workers` threads, so a remote judge answers them
-    concurrently. score_norm is the released code's normalised score (success_code@t)."""
+def score_rollouts(rs, judge, weights=None, lam_tool=1.0, lam_sum=1.0, workers=16, strict=False, succ_judge=False):
+    """HierR for each rollout (rewards.score on its real tool responses; `strict` and
+    `succ_judge` as there), plus what the logs need from the rollout. Scored on `workers`
+    threads, so a remote judge answers them concurrently. score_norm is the released code's
+    normalised score (success_code@t)."""
     def one(r):
         s = rewards.score(r.text, r.final, tool_responses=r.responses, task=r.task, judge=judge,
-                          weights=weights, lam_tool=lam_tool, lam_sum=lam_sum)
+                          weights=weights, lam_tool=lam_tool, lam_sum=lam_sum, strict=strict, succ_judge=succ_judge)
         s.update(score_norm=max(0.0, s["score"]) / (lam_tool + lam_sum) if lam_tool + lam_sum > 0 else 0.0,
                  tool_turns=r.tool_turns, stop=r.stop, length=len(r.ids), sim_failed=r.failed,
                  parallel_type=r.task.parallel_type or "unknown")

@@ -1,4 +1,4 @@
-"""HierR: the hierarchical rewards of SLCA-GRPO (SPEC §2, Eqs. 2-5 in the README).
+"""HierR: the hierarchical rewards of SLCA-GRPO (SPEC §2, Eqs. 2-5 in the README), and ToolPO's.
 
 Each trajectory gets two scores, one per segment (see segment.py):
 
@@ -7,65 +7,116 @@ Each trajectory gets two scores, one per segment (see segment.py):
     score     = λ_tool·S_process + λ_sum·S_sum,  or -0.5 on an omission           (Eq. 4)
     R_tool, R_sum = (0, score) if omission or score < 0 else (S_process, S_sum)   (Eq. 5)
 
-The process score compares every valid call of the whole trajectory, pooled over turns, with
-the gold calls (no temporal alignment). The summary score is 0 when the trajectory received
-no tool response at all (so irrelevant prompts never earn summary credit, as in the released
-code) or when the final response is shorter than 10 characters; otherwise a judge rates it.
-A judge is any object with `rate(question, tool_responses, response, facts) -> int | None`;
-`FactsJudge` here is the offline one, the LLM judge lives in llm.py. A failed rating scores 0.
+The five parts are the released reward's (rl/slca_grpo/reward_fn.py) on every input it does
+not crash on; tests/test_release_parity.py checks that against tests/release_reward.py, a
+plain statement of the released rules. The process score compares every valid call of the
+whole trajectory, pooled over turns, with the gold calls (no temporal alignment). The
+release's rules, where SPEC §2 is silent or says otherwise:
 
-All process weights 0 is the "w/o HierR" ablation. Nothing here loads a model or touches disk.
+- think blocks: segment.strip_think (`<think>` may close with `</thinking>` and back).
+- a predicted call's arguments are `arguments or parameters or {}` (Python `or`); a block
+  `[]` is a valid block with no call (so `<tool_call>[]</tool_call>` scores format 1).
+- gold: a JSON string, a nested list of steps, or one flat step of dicts and bare names. A
+  bare dict is no gold; in nested steps an empty dict is dropped; a gold call's arguments are
+  its `arguments` only (a dict, or a JSON string of one; `parameters` is ignored); a name
+  that is not a string matches nothing.
+- omission: gold has calls and the text (think stripped) holds no `<tool_call>` tag. Every
+  part is then 0 and score = -0.5; the judge is not called. A tag with garbage or `[]` in it
+  is not an omission.
+- no allowed tools (empty or None): every part 0, score 0, no omission.
+- bounds the release lacks (segment.loads): a block body or gold string over 1,000,000
+  characters or nested deeper than 64 levels is invalid / no gold; the release parses it
+  (or raises, past ~1,000 levels or on a 4,300-digit integer).
+
+`strict=True` is a project deviation (off by default): a block with no call is invalid, and
+an omission is gold with calls but no valid call, so neither `<tool_call>[]</tool_call>` nor
+garbage between the tags escapes the -0.5 or beats a direct answer on an irrelevant prompt.
+
+The summary score is 0 when the trajectory received no tool response (callers pass only
+REAL responses: calls that passed the simulator's checks and got an answer, so irrelevant
+prompts and failed calls never earn summary credit) or when the final response is shorter
+than 10 characters; otherwise a judge rates it. A judge is any object with
+`rate(question, tool_responses, response, facts) -> int | None`; it gets at most
+MAX_JUDGE_CHARS of each text. A rating that is not 1..5 scores 0; a ConnectionError
+(transport failure after retries) scores 0 and sets `judge_failed` so the trainer can drop
+the rollout. `FactsJudge` here is the offline judge, the LLM judge lives in llm.py.
+
+ToolPO (SPEC §3.3, baselines/toolpo/reward_fn_toolpo.py) needs two more rewards, in every
+score dict: r_action = gold calls strictly matched / |gold calls| (greedy one-to-one in gold
+order: same name, every gold key present, every value loose_equal; 1 with no gold) and
+r_succ in {0, 1}. With `succ_judge=True` and a judge that has
+`solved(question, tool_responses, response) -> bool | None`, r_succ is its verdict (0 for a
+final response under 10 characters, None, or a transport failure). Otherwise r_succ comes
+from a rule, the project's since the release does not ship its "reference rule": every gold
+call strictly matched, and no call made when there is no gold. On an omission both are 0.
+
+All process weights 0 is the "w/o HierR" ablation. Nothing here loads a model or touches
+disk. No function raises on hostile text, and the time is linear in it (times the number of
+gold calls for the matching): a megabyte scores in well under a second.
+
+    python -m pytest -q tests/test_rewards.py tests/test_release_parity.py
 """
 import json
 import math
 import re
 from collections import Counter
 
-from segment import CLOSE, OPEN, find_blocks, parse_block, strip_think
+from segment import CLOSE, OPEN, find_blocks, loads, parse_block, strip_think
 
 WEIGHTS = {"format": 0.10, "name": 0.25, "key": 0.15, "value": 0.20, "parallel": 0.30}  # SPEC §2.1
 OMISSION_SCORE = -0.5      # SPEC §2.3: gold has calls, the response makes none
 MIN_SUMMARY_CHARS = 10     # SPEC §2.2: shorter final responses score 0
+MAX_JUDGE_CHARS = 32_768   # per text handed to a judge: 8,192 response tokens (SPEC §6) at ~4 characters a token
 BOOLS = {"true": True, "false": False, "1": True, "0": False}  # SPEC §2.1 loose_equal
 
 
 def normalize_gold(gold):
-    """Gold calls in any released form -> nested steps [[{"name", "arguments"}, ...], ...].
+    """Gold calls in any released form -> nested steps [[{"name": str, "arguments": dict}, ...], ...].
 
-    Accepts a JSON string (unparsable: no gold), a nested list of steps, one flat step, and
-    bare names ("f" means {"name": "f"}). Non-list steps are skipped, items that are neither
-    dicts nor strings dropped, empty steps dropped; arguments given as a JSON string parsed.
+    The release's rules (see the module docstring): a JSON string is parsed (unparsable: no
+    gold); a list whose first item is a list is nested (non-list steps skipped, items that
+    are neither strings nor non-empty dicts dropped), any other list is one flat step (items
+    that are neither strings nor dicts dropped); empty steps are dropped; anything else is no
+    gold. The output is normalized again to itself.
     """
     if isinstance(gold, str):
         try:
-            gold = json.loads(gold)
-        except json.JSONDecodeError:
+            gold = loads(gold)
+        except ValueError:
             return []
-    if not gold:
+    if not isinstance(gold, list) or not gold:
         return []
-    if isinstance(gold, dict):
-        gold = [gold]
-    if not isinstance(gold, list):
-        return []
-    steps = [s for s in gold if isinstance(s, list)] if isinstance(gold[0], list) else [gold]
-    steps = [[_gold_call(c) for c in s if isinstance(c, (dict, str))] for s in steps]
-    return [s for s in steps if s]
+    if isinstance(gold[0], list):
+        steps = [[c for c in s if isinstance(c, str) or (isinstance(c, dict) and c)]
+                 for s in gold if isinstance(s, list)]
+    else:
+        steps = [[c for c in gold if isinstance(c, (str, dict))]]
+    return [[_gold_call(c) for c in s] for s in steps if s]
 
 
 def _gold_call(c):
     if isinstance(c, str):
         return {"name": c, "arguments": {}}
-    args = c.get("arguments", c.get("parameters", {}))
+    name, args = c.get("name", ""), c.get("arguments")
     if isinstance(args, str):
         try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
+            args = loads(args)
+        except ValueError:
             args = {}
-    return {"name": str(c.get("name", "")), "arguments": args if isinstance(args, dict) else {}}
+    # a name that is not a string can equal no predicted name, and neither can ""
+    return {"name": name if isinstance(name, str) else "", "arguments": args if isinstance(args, dict) else {}}
 
 
 def loose_equal(x, y):
-    """Argument-value equality of SPEC §2.1, tried in order."""
+    """Argument-value equality of SPEC §2.1, tried in order. Never raises: a value that cannot
+    be compared (a huge int, a list nested too deep to print) is not equal."""
+    try:
+        return _loose_equal(x, y)
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        return False
+
+
+def _loose_equal(x, y):
     if x is None or y is None:
         return x is None and y is None
     sx, sy = str(x).strip().lower(), str(y).strip().lower()
@@ -83,29 +134,47 @@ def loose_equal(x, y):
     return False
 
 
-def predicted_calls(text, allowed_tools=None):
+def predicted_calls(text, allowed_tools=None, strict=False):
     """Valid blocks of `text` (think stripped) under the format rule, and the block count.
 
     Returns (blocks, denom): blocks is a list of call lists, one per valid block, in order;
-    denom = max(#"<tool_call>", #"</tool_call>"). `allowed_tools=None` allows any name.
+    denom = max(#"<tool_call>", #"</tool_call>"). `allowed_tools=None` allows any name (the
+    benchmarks); names are compared as strings. `strict`: a block with no call is invalid.
     """
     text = strip_think(text)
     denom = max(text.count(OPEN), text.count(CLOSE))
+    allowed = None if allowed_tools is None else _names(allowed_tools)
     blocks = []
     for body in find_blocks(text):
         calls = parse_block(body, string_args=False)
-        if all(not c.error and (allowed_tools is None or c.name in allowed_tools) for c in calls):
+        if (calls or not strict) and all(not c.error and (allowed is None or c.name in allowed) for c in calls):
             blocks.append(calls)
     return blocks, denom
 
 
-def process_score(response_text, gold_tool_calls, allowed_tools, weights=None):
-    """S_process (Eq. 2) and its five parts, for the policy text of one trajectory."""
+def _names(allowed_tools):
+    try:
+        return {str(t) for t in allowed_tools}
+    except (TypeError, ValueError):  # not iterable, or an int too long to print
+        return set()
+
+
+def process_score(response_text, gold_tool_calls, allowed_tools, weights=None, strict=False):
+    """S_process (Eq. 2), its five parts and the omission flag, for the policy text of one trajectory."""
+    return _process(response_text, normalize_gold(gold_tool_calls), allowed_tools, weights, strict)[0]
+
+
+def _process(text, gold, allowed_tools, weights, strict):
+    """(parts, predicted calls, gold calls flat); parts all 0 without allowed tools or on an omission."""
     w = WEIGHTS if weights is None else weights
-    gold = normalize_gold(gold_tool_calls)
     gold_flat = [c for step in gold for c in step]
-    blocks, denom = predicted_calls(response_text, allowed_tools)
+    zero = dict.fromkeys(WEIGHTS, 0.0)
+    if not allowed_tools:
+        return dict(zero, process=0.0, omission=0.0), [], gold_flat
+    blocks, denom = predicted_calls(text, allowed_tools, strict)
     pred = [c for b in blocks for c in b]
+    if gold_flat and (not pred if strict else OPEN not in strip_think(text)):
+        return dict(zero, process=0.0, omission=1.0), [], gold_flat
     s = {"format": len(blocks) / denom if denom else 0.0}
     # name: multiset F1 of call names
     if not pred and not gold_flat:
@@ -119,7 +188,8 @@ def process_score(response_text, gold_tool_calls, allowed_tools, weights=None):
     # parallel: the first valid block has as many calls as the first gold step
     s["parallel"] = float(len(blocks[0] if blocks else []) == len(gold[0] if gold else []))
     s["process"] = sum(w[k] * s[k] for k in WEIGHTS)
-    return s
+    s["omission"] = 0.0
+    return s, pred, gold_flat
 
 
 def _key_value(pred, gold_with_args):
@@ -129,17 +199,21 @@ def _key_value(pred, gold_with_args):
     if not pred:
         return 0.0, 0.0
     used, keys, values = set(), [], []
+    pred_keys = [set(p.arguments) for p in pred]
     for g in gold_with_args:
-        gk = set(g["arguments"])
-        best, best_sum, best_kv = None, 0.0, (0.0, 0.0)
+        ga = g["arguments"]
+        gk = set(ga)
+        best, best_kv = None, (0.0, 0.0)
         for i, p in enumerate(pred):
-            if i in used or p.name != g["name"]:
+            if p.name != g["name"] or i in used:
                 continue
-            pk = set(p.arguments)
-            k = len(pk & gk) / len(pk | gk)
-            v = sum(loose_equal(p.arguments[a], g["arguments"][a]) for a in pk & gk) / len(gk)
-            if k + v > best_sum:  # strict: the earliest wins ties
-                best, best_sum, best_kv = i, k + v, (k, v)
+            both = pred_keys[i] & gk
+            k = len(both) / len(pred_keys[i] | gk)
+            v = sum(loose_equal(p.arguments[a], ga[a]) for a in both) / len(gk)
+            if k + v > best_kv[0] + best_kv[1]:  # strict: the earliest wins ties
+                best, best_kv = i, (k, v)
+                if k + v == 2.0:  # a perfect match: nothing later can win
+                    break
         if best is not None:
             used.add(best)
         keys.append(best_kv[0])
@@ -147,36 +221,84 @@ def _key_value(pred, gold_with_args):
     return sum(keys) / len(keys), sum(values) / len(values)
 
 
+def _strict_hits(pred, gold_flat):
+    """ToolPO's C(a): how many gold calls a distinct predicted call strictly matches (greedy, gold order)."""
+    used, hits = set(), 0
+    for g in gold_flat:
+        for i, p in enumerate(pred):
+            if i not in used and p.name == g["name"] and all(
+                    k in p.arguments and loose_equal(p.arguments[k], v) for k, v in g["arguments"].items()):
+                used.add(i)
+                hits += 1
+                break
+    return hits
+
+
 def summary_score(final_response, question, tool_responses, judge, facts=None):
-    """S_sum (Eq. 3) with the gating rules of SPEC §2.2. A judge failure scores 0."""
+    """S_sum (Eq. 3) with the gating rules of SPEC §2.2. An unusable rating scores 0; a
+    ConnectionError from the judge propagates (score() catches it)."""
     final_response = strip_think(final_response).strip()
     if not tool_responses or len(final_response) < MIN_SUMMARY_CHARS:
         return 0.0
-    r = judge.rate(question, tool_responses, final_response, facts)
+    r = judge.rate(question[:MAX_JUDGE_CHARS], _bounded(tool_responses), final_response[:MAX_JUDGE_CHARS], facts)
     return (r - 1) / 4 if r in (1, 2, 3, 4, 5) else 0.0
 
 
+def _bounded(texts):
+    """The texts in order, the last ones cut or dropped so that they total MAX_JUDGE_CHARS at most."""
+    out, room = [], MAX_JUDGE_CHARS
+    for t in texts:
+        if room <= 0:
+            break
+        out.append(t[:room])
+        room -= len(out[-1])
+    return out
+
+
 def score(response_text, final_response, tool_responses, task, judge,
-          weights=None, lam_tool=1.0, lam_sum=1.0):
-    """Everything HierR gives one trajectory: parts, S_sum, score (Eq. 4), R_tool, R_sum (Eq. 5).
+          weights=None, lam_tool=1.0, lam_sum=1.0, strict=False, succ_judge=False):
+    """Everything one trajectory gets: the parts, S_sum, score (Eq. 4), R_tool, R_sum (Eq. 5),
+    judge_failed, and ToolPO's r_action and r_succ.
 
     `task` needs .gold, .allowed_tools, .question and .facts (data.Task has them).
     response_text is the policy's own text over all turns; final_response the last turn's
-    text when it holds no tool call, else "".
+    text when it holds no tool call, else ""; tool_responses the real tool responses only.
     """
-    gold = normalize_gold(task.gold)
-    s = process_score(response_text, gold, task.allowed_tools, weights)
-    omission = bool(gold) and OPEN not in strip_think(response_text)
-    if omission:  # the judge is not called
-        s.update(process=0.0, summary=0.0, score=OMISSION_SCORE)
+    s, pred, gold_flat = _process(response_text, normalize_gold(task.gold), task.allowed_tools, weights, strict)
+    s.update(summary=0.0, judge_failed=0.0, r_action=0.0, r_succ=0.0)
+    if s["omission"]:  # the judge is not called
+        s["score"] = OMISSION_SCORE
+    elif not task.allowed_tools:  # the release scores such a row 0 throughout
+        s["score"] = 0.0
     else:
-        s["summary"] = summary_score(final_response, task.question, tool_responses, judge, task.facts)
+        try:
+            s["summary"] = summary_score(final_response, task.question, tool_responses, judge, task.facts)
+        except ConnectionError:
+            s["judge_failed"] = 1.0
+        hits = _strict_hits(pred, gold_flat)
+        s["r_action"] = hits / len(gold_flat) if gold_flat else 1.0
+        if succ_judge and hasattr(judge, "solved"):
+            s["r_succ"] = _solved(final_response, task.question, tool_responses, judge, s)
+        else:
+            s["r_succ"] = float(hits == len(gold_flat) and (bool(gold_flat) or not pred))
         s["score"] = lam_tool * s["process"] + lam_sum * s["summary"]
-    s["omission"] = float(omission)
-    penalised = omission or s["score"] < 0
+    penalised = s["omission"] or s["score"] < 0
     s["r_tool"] = 0.0 if penalised else s["process"]
     s["r_sum"] = s["score"] if penalised else s["summary"]
     return s
+
+
+def _solved(final_response, question, tool_responses, judge, s):
+    """ToolPO's R_succ from the judge's Solved/Unsolved verdict; a transport failure marks s."""
+    final_response = strip_think(final_response).strip()
+    if len(final_response) < MIN_SUMMARY_CHARS:
+        return 0.0
+    try:
+        return float(judge.solved(question[:MAX_JUDGE_CHARS], _bounded(tool_responses),
+                                  final_response[:MAX_JUDGE_CHARS]) is True)
+    except ConnectionError:
+        s["judge_failed"] = 1.0
+        return 0.0
 
 
 NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")

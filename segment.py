@@ -14,20 +14,25 @@ and that last run is counted as the "summary" (its summary reward is then 0, see
 
 Text (SPEC §2.1, §5, §6). Policy turns call tools in the Hermes format,
 `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, with the calls of one parallel
-step as a JSON list in one block. `parse_block` turns one block into `Call`s and never
-raises: malformed text becomes a `Call` whose `error` says what is wrong, ready to be shown
-to the policy as an observation ("Error: " + error) or counted as an invalid block.
+step as a JSON list in one block. The helpers read policy text the way the released reward
+(rl/slca_grpo/reward_fn.py) does, and every one of them is linear in the text and never raises:
+
+- `strip_think` drops `<think>` or `<thinking>` up to the next `</think>` or `</thinking>`
+  (the release pairs the tags freely: `<think>…</thinking>` is a block too); an unclosed
+  opening tag leaves the rest of the text as it is.
+- `find_blocks` gives the body between each `<tool_call>` and the next `</tool_call>`.
+- `parse_block` turns one body into `Call`s: malformed text becomes a `Call` whose `error`
+  says what is wrong, ready to be shown to the policy ("Error: " + error) or counted as an
+  invalid block. JSON goes through `loads`, so deep nesting, huge integers or megabytes of
+  text are an error, not an exception.
 
     python -c "import segment, torch; print(segment.segment_masks(torch.tensor([[0,1,1,0,1]])))"
 """
 import json
-import re
 from dataclasses import dataclass, field
 
 import torch
 
-THINK_RE = re.compile(r"<think>.*?</think>|<thinking>.*?</thinking>", re.DOTALL)
-BLOCK_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)  # body up to the NEXT closing tag
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 MAX_JSON_CHARS = 1_000_000  # bound on any JSON text parsed from the policy, an endpoint or a data row
 MAX_JSON_DEPTH = 64         # bound on its nesting (json.loads recurses once per level)
@@ -37,8 +42,9 @@ def loads(text, max_chars=MAX_JSON_CHARS, max_depth=MAX_JSON_DEPTH):
     """json.loads for untrusted text, in bounded time and memory.
 
     Every failure is a ValueError with a short reason: too long, nested deeper than
-    `max_depth` (checked in one linear scan before parsing, so deep input never reaches the
-    recursive decoder), not JSON, or an integer beyond Python's digit limit.
+    `max_depth` (checked before parsing, by one linear scan when the text holds more than
+    `max_depth` opening brackets, so deep input never reaches the recursive decoder), not JSON,
+    or an integer beyond Python's digit limit.
     """
     if not isinstance(text, (str, bytes, bytearray)):
         raise ValueError(f"expected text, got {type(text).__name__}")
@@ -47,7 +53,8 @@ def loads(text, max_chars=MAX_JSON_CHARS, max_depth=MAX_JSON_DEPTH):
     if isinstance(text, (bytes, bytearray)):
         text = text.decode("utf-8", errors="replace")
     depth, in_str, esc = 0, False, False
-    for ch in text:
+    deep = text.count("[") + text.count("{") > max_depth  # else it cannot nest deeper: skip the slow scan
+    for ch in text if deep else "":
         if in_str:
             if esc:
                 esc = False
@@ -88,13 +95,47 @@ def segment_masks(response_mask):
 
 
 def strip_think(text):
-    """Drop <think>…</think> and <thinking>…</thinking> blocks (SPEC §2)."""
-    return THINK_RE.sub("", text)
+    """Drop think blocks (SPEC §2), as the release's `<think(?:ing)?>.*?</think(?:ing)?>`, in linear time."""
+    out, pos = [], 0
+    while (a := _tag(text, "<think", pos)) and (b := _tag(text, "</think", a[1])):
+        out.append(text[pos:a[0]])
+        pos = b[1]
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _tag(text, stem, pos):
+    """(start, end) of the first `stem>` or `stemING>` at or after pos, else None."""
+    while (i := text.find(stem, pos)) >= 0:
+        j = i + len(stem)
+        if text.startswith(">", j):
+            return i, j + 1
+        if text.startswith("ing>", j):
+            return i, j + 4
+        pos = i + 1
+    return None
 
 
 def find_blocks(text):
-    """Bodies of the `<tool_call>…</tool_call>` blocks of `text`, in order."""
-    return BLOCK_RE.findall(text)
+    """Bodies of the `<tool_call>…</tool_call>` blocks of `text`, in order, in linear time
+    (what `re.findall(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL)` gives)."""
+    return [text[i + len(OPEN):j] for i, j in _block_spans(text)]
+
+
+def drop_blocks(text):
+    """`text` without its `<tool_call>…</tool_call>` blocks, in linear time."""
+    out, pos = [], 0
+    for i, j in _block_spans(text):
+        out.append(text[pos:i])
+        pos = j + len(CLOSE)
+    return "".join(out) + text[pos:]
+
+
+def _block_spans(text):
+    pos = 0
+    while (i := text.find(OPEN, pos)) >= 0 and (j := text.find(CLOSE, i + len(OPEN))) >= 0:
+        yield i, j
+        pos = j + len(CLOSE)
 
 
 @dataclass
@@ -112,14 +153,15 @@ def parse_block(body, string_args=True):
     """Parse one block body into a list of Calls; never raises.
 
     A body is a JSON object (one call) or a JSON list (a parallel step). Each call has a
-    non-empty string `name` and a dict `arguments` (else `parameters`, else {}). With
-    `string_args`, arguments given as a JSON string are decoded (the simulator accepts them,
-    as the released code does); without it they are an error (the format reward's rule).
-    A body that is not JSON gives one Call carrying the error.
+    non-empty string `name`; its arguments are `arguments or parameters or {}` (Python `or`,
+    as the release: null, "", [] or {} fall through to the next) and must be a dict. With
+    `string_args`, arguments given as a JSON string are decoded (the simulator accepts them);
+    without it they are an error (the format reward's rule). A body that is not JSON gives one
+    Call carrying the error; "[]" gives no call.
     """
     try:
-        obj = json.loads(body.strip())
-    except json.JSONDecodeError as e:
+        obj = loads(body.strip())
+    except ValueError as e:
         return [Call(error=f"Invalid tool call format - {e}")]
     if not isinstance(obj, (dict, list)):
         return [Call(error="Invalid tool call format - expected a JSON object or list")]
@@ -130,11 +172,11 @@ def _parse_call(item, string_args):
     if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
         return Call(error='Invalid tool call format - each call needs a non-empty string "name"')
     name = item["name"]
-    args = item.get("arguments", item.get("parameters", {}))
+    args = item.get("arguments") or item.get("parameters") or {}
     if isinstance(args, str) and string_args:
         try:
-            args = json.loads(args)
-        except json.JSONDecodeError as e:
+            args = loads(args)
+        except ValueError as e:
             return Call(name, error=f"Invalid tool arguments format - {e}")
     if not isinstance(args, dict):
         return Call(name, error=f"Invalid tool arguments format - arguments must be a JSON object, "

@@ -46,7 +46,6 @@ Log-probs are computed on response tokens only, in chunks, so the full-vocabular
 never exist for the whole batch at once.
 """
 import argparse
-import copy
 import json
 import math
 import os
@@ -147,6 +146,13 @@ def get_args(argv=None):
     g.add_argument("--hierr-weights", type=num, nargs=5, default=list(rewards.WEIGHTS.values()),
                    metavar=("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"))
     g.add_argument("--no-hierr", action="store_true", help="'w/o HierR': all process weights 0")
+    g.add_argument("--strict-calls", action="store_true",
+                   help="a block with no valid call is invalid and a response with no valid call is an omission "
+                        "(-0.5); the release only looks for the <tool_call> tag, so `<tool_call>[]</tool_call>` "
+                        "scores 1.0 on an irrelevant prompt there")
+    g.add_argument("--succ-judge", action="store_true",
+                   help="ToolPO's R_succ from the judge's Solved/Unsolved (the paper's main rows) instead of the "
+                        "reference rule over the gold calls")
     g.add_argument("--norm-by-std", action=argparse.BooleanOptionalAction, default=True,
                    help="--no-norm-by-std subtracts the group mean only (Dr. GRPO)")
     g.add_argument("--toolpo-norm-by-std", action="store_true",
@@ -565,7 +571,8 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
                      max_tool_rounds=a.max_tool_rounds or None)
     t_roll = time.time() - t0
     weights = dict(zip(rewards.WEIGHTS, [0.0] * 5 if a.no_hierr else a.hierr_weights))
-    scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum)
+    scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
+                            succ_judge=a.succ_judge and a.algo == "toolpo")
     # a rollout that lost a tool answer or its rating to the network is not trained on
     sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
     judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
@@ -799,7 +806,7 @@ def main(argv=None):
         with gathered(model.eval()), autocast(a):
             rs = rollout(model, tok, mine, sim, temperature=0.0, max_turns=a.max_turns, max_tokens=a.max_tokens,
                          batch_size=a.gen_batch, max_tool_rounds=a.max_tool_rounds or None)
-        summary = summarize(gather(score_rollouts(rs, judge)))
+        summary = summarize(gather(score_rollouts(rs, judge, strict=a.strict_calls)))
         log({"label": label, "step": step, **summary}, "eval")
         if main_rank:
             print(format_table({label: summary["all"]}))

@@ -60,7 +60,7 @@ from tqdm import tqdm
 
 from eval import append_jsonl, resume
 from rewards import predicted_calls
-from segment import BLOCK_RE, strip_think
+from segment import drop_blocks, strip_think
 
 DOMAINS = ("airline", "retail", "telecom")
 MAX_STEPS, MAX_ERRORS = 200, 10  # tau2's CLI defaults
@@ -235,7 +235,7 @@ def parse_reply(text):
     blocks, found = predicted_calls(text)
     if len(blocks) < found:  # a malformed or unclosed block
         return {"content": text, "tool_calls": []}
-    content = BLOCK_RE.sub("", strip_think(text)).strip()
+    content = drop_blocks(strip_think(text)).strip()
     return {"content": content or None,
             "tool_calls": [{"name": c.name, "arguments": c.arguments} for b in blocks for c in b]}
 

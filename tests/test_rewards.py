@@ -1,10 +1,20 @@
-"""rewards.py: HierR (SPEC §2) with the exact numbers of the spec."""
+"""rewards.py: HierR (SPEC §2) with the exact numbers of the spec, ToolPO's rewards, hostile input."""
 import json
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, strategies as st
 
-from rewards import FactsJudge, loose_equal, normalize_gold, process_score, score, summary_score
+from release_reward import PARTS, release_parts
+from rewards import (MAX_JUDGE_CHARS, FactsJudge, loose_equal, normalize_gold, predicted_calls, process_score, score,
+                     summary_score)
+from test_segment import FUZZ, MB, SOUP, fast
+
+DEEP = []  # a list nested 10,000 deep: str() and json.dumps() of it raise RecursionError
+for _ in range(10_000):
+    DEEP = [DEEP]
+LOOP = []  # a list that holds itself
+LOOP.append(LOOP)
 
 
 def call(name, **args):
@@ -31,7 +41,7 @@ def task(gold, allowed=("f", "g"), facts=()):
 def test_irrelevant_prompt_scores_090():
     s = process_score("I cannot help with tools here.", [], ["f"])
     assert s == {"format": 0.0, "name": 1.0, "key": 1.0, "value": 1.0, "parallel": 1.0,
-                 "process": pytest.approx(0.90)}
+                 "process": pytest.approx(0.90), "omission": 0.0}
     # no tool response ever came back, so the summary earns nothing (SPEC §2.2)
     out = score("A direct answer that is long enough.", "A direct answer that is long enough.",
                 [], task([]), FixedJudge(5))
@@ -72,12 +82,19 @@ def test_gold_forms():
     assert normalize_gold(json.dumps(nested)) == [[call("f", x=1), call("g")], [call("f", x=2)]]
     assert normalize_gold("not json") == []
     assert normalize_gold(None) == [] and normalize_gold([]) == []
-    # flat step, bare names, JSON-string arguments, 'parameters'
+    # flat step, bare names, JSON-string arguments
     assert normalize_gold(["f", {"name": "g", "arguments": '{"y": 3}'}, 7]) == \
         [[call("f"), call("g", y=3)]]
-    assert normalize_gold([{"name": "g", "parameters": {"y": 3}}]) == [[call("g", y=3)]]
-    # nested: non-list steps skipped, bad items dropped, empty steps dropped
-    assert normalize_gold([["f", 3], "junk", [], [None]]) == [[call("f")]]
+    # the release reads a gold call's `arguments` only, and no bare dict
+    assert normalize_gold([{"name": "g", "parameters": {"y": 3}}]) == [[call("g")]]
+    assert normalize_gold({"name": "g", "arguments": {"y": 3}}) == [] == normalize_gold('{"name": "g"}')
+    # nested: non-list steps skipped, bad items and empty dicts dropped, empty steps dropped
+    assert normalize_gold([["f", 3, {}], "junk", [], [None, {}]]) == [[call("f")]]
+    # flat: an empty dict stays, a call with no usable name gets "", which no prediction has
+    assert normalize_gold([{}, {"name": 5, "arguments": "[1]"}]) == [[call(""), call("")]]
+    # normalised gold normalises to itself (data.py normalises once, score() again)
+    for g in (nested, ["f", {"name": "g", "arguments": '{"y": 3}'}], [{}], [["f", {"name": None}]]):
+        assert normalize_gold(normalize_gold(g)) == normalize_gold(g)
 
 
 def test_flat_gold_scores_like_one_step():
@@ -188,3 +205,204 @@ def test_facts_judge():
     assert j.rate("q", ["{}"], "Nothing useful.", facts) == 1
     assert j.rate("q", ["{}"], "Paris.", ["Paris", "x", "y", "z", "w", "v", "u", "t"]) == 2  # 1/8: half rounds up
     assert j.rate("q", ["{}"], "Anything", []) is None
+
+
+def test_omission_zeroes_every_part():
+    # gold calls without arguments used to keep key = value = 1 on an omission
+    s = process_score("No call here.", [["f", "g"]], ["f", "g"])
+    assert s == dict.fromkeys(["format", "name", "key", "value", "parallel", "process"], 0.0) | {"omission": 1.0}
+    out = score("No call here.", "No call here.", [], task([["f"]]), FixedJudge(5))
+    assert out["score"] == -0.5 and out["key"] == out["value"] == 0.0 and out["r_action"] == out["r_succ"] == 0.0
+    # a tag of the other think kind hides the call too (the release's think pattern)
+    assert score("<think>" + block(call("f")) + "</thinking>", "", [], task([["f"]]), FixedJudge(5))["omission"] == 1.0
+
+
+def test_tag_without_a_call_is_not_an_omission_unless_strict():
+    gold = task([[call("f", x=1)]])
+    for text, want in [("<tool_call>[]</tool_call>", 0.10), ("<tool_call>garbage</tool_call>", 0.0), ("<tool_call>", 0.0)]:
+        out = score(text, "", [], gold, FixedJudge(5))  # the release: an opening tag is enough
+        assert out["omission"] == 0.0 and out["score"] == pytest.approx(want)  # [] is a valid block: format 1
+        out = score(text, "", [], gold, FixedJudge(5), strict=True)  # the project's deviation
+        assert out["omission"] == 1.0 and out["score"] == -0.5
+
+
+def test_empty_block_on_irrelevant_prompt():
+    answer = "There is no tool for this; here is a direct answer."
+    direct = score(answer, answer, [], task([]), FixedJudge(5))
+    assert direct["score"] == pytest.approx(0.90)
+    hack = "<tool_call>[]</tool_call>" + answer
+    # no real tool response came back, so no summary gate opens whatever the judge thinks
+    judge = FixedJudge(5)
+    out = score(hack, answer, [], task([]), judge)
+    assert judge.calls == 0 and out["summary"] == 0.0
+    # the release's format rule counts [] as a valid block: process 1.0, above the direct answer
+    assert out["score"] == pytest.approx(1.0)
+    # strict: [] is an invalid block, the hack scores the direct answer's 0.90 and no more
+    assert score(hack, answer, [], task([]), judge, strict=True)["score"] == pytest.approx(0.90)
+
+
+def test_no_allowed_tools_scores_zero():
+    for allowed in ([], None):
+        t = SimpleNamespace(gold=[[call("f")]], allowed_tools=allowed, question="q", facts=[])
+        out = score(block(call("f")), "A long enough answer.", ["{}"], t, FixedJudge(5))
+        assert out["score"] == 0.0 and out["process"] == 0.0 and out["omission"] == 0.0 and out["summary"] == 0.0
+
+
+class DownJudge:
+    def rate(self, question, tool_responses, response, facts=None):
+        raise ConnectionError("judge unreachable after 3 retries")
+
+    def solved(self, question, tool_responses, response):
+        raise ConnectionError("judge unreachable after 3 retries")
+
+
+def test_judge_transport_failure():
+    text = block(call("f", x=1)) + "The answer is that."
+    out = score(text, "The answer is that.", ["{}"], task([[call("f", x=1)]]), DownJudge())
+    assert out["judge_failed"] == 1.0 and out["summary"] == 0.0 and out["score"] == pytest.approx(1.0)
+    assert score(text, "The answer is that.", ["{}"], task([[call("f", x=1)]]), FixedJudge(4))["judge_failed"] == 0.0
+    # a rating that cannot be parsed is not a transport failure
+    assert score(text, "The answer is that.", ["{}"], task([[call("f", x=1)]]), FixedJudge(None))["judge_failed"] == 0.0
+
+
+def test_judge_sees_bounded_text():
+    seen = {}
+
+    class Spy:
+        def rate(self, question, tool_responses, response, facts=None):
+            seen.update(q=len(question), obs=sum(map(len, tool_responses)), resp=len(response))
+            return 3
+
+    big = "y" * 3 * MAX_JUDGE_CHARS
+    t = SimpleNamespace(gold=[], allowed_tools=["f"], question=big, facts=[])
+    assert score("x", big, [big, big, "tail"], t, Spy())["summary"] == 0.5
+    assert seen == {"q": MAX_JUDGE_CHARS, "obs": MAX_JUDGE_CHARS, "resp": MAX_JUDGE_CHARS}
+
+
+class SolvedJudge(FixedJudge):
+    def __init__(self, verdict):
+        super().__init__(3)
+        self.verdict, self.asked = verdict, 0
+
+    def solved(self, question, tool_responses, response):
+        self.asked += 1
+        return self.verdict
+
+
+def test_toolpo_action_and_success_rule():
+    gold = task([[call("f", a=1, b="x"), call("g")], [call("f", a=2)]])
+    # f(a=1, b=X, extra) matches strictly (extra keys allowed, values loose); g matches on its name;
+    # f(a=3) does not match f(a=2)
+    text = block(call("f", a="1", b=" X ", c=0), call("g", z=1)) + block(call("f", a=3))
+    out = score(text, "A long enough answer.", ["{}"], gold, FixedJudge(3))
+    assert out["r_action"] == pytest.approx(2 / 3) and out["r_succ"] == 0.0
+    text = block(call("f", a=1, b="x"), call("g")) + block(call("f", a=2.0))
+    out = score(text, "A long enough answer.", ["{}"], gold, FixedJudge(3))
+    assert out["r_action"] == 1.0 and out["r_succ"] == 1.0
+    # one-to-one: one prediction cannot match two gold calls
+    out = score(block(call("f", a=1)), "", [], task([["f", "f"]]), FixedJudge(3))
+    assert out["r_action"] == 0.5
+    # no gold: r_action 1 (the release), success only without a call
+    assert score("Direct answer.", "Direct answer.", [], task([]), FixedJudge(3))["r_succ"] == 1.0
+    out = score(block(call("f")), "", [], task([]), FixedJudge(3))
+    assert out["r_action"] == 1.0 and out["r_succ"] == 0.0
+
+
+def test_toolpo_success_from_the_judge():
+    text = block(call("f", x=1)) + "The answer is that."
+    for verdict, want in [(True, 1.0), (False, 0.0), (None, 0.0)]:
+        judge = SolvedJudge(verdict)
+        out = score(text, "The answer is that.", ["{}"], task([[call("g")]]), judge, succ_judge=True)
+        assert out["r_succ"] == want and judge.asked == 1
+    judge = SolvedJudge(True)  # the rule is used without the flag, or for a judge without solved()
+    assert score(text, "The answer is that.", ["{}"], task([[call("g")]]), judge)["r_succ"] == 0.0
+    assert judge.asked == 0
+    assert score(text, "The answer is that.", ["{}"], task([[call("f", x=1)]]), FixedJudge(3), succ_judge=True)["r_succ"] == 1.0
+    # too short a final response is unsolved without asking; a transport failure is judge_failed
+    assert score(text, "ok", ["{}"], task([[call("g")]]), judge, succ_judge=True)["r_succ"] == 0.0 and judge.asked == 0
+    out = score(text, "The answer is that.", [], task([[call("g")]]), DownJudge(), succ_judge=True)
+    assert out["r_succ"] == 0.0 and out["judge_failed"] == 1.0
+
+
+@pytest.mark.parametrize("x,y", [
+    (10 ** 5000, 10 ** 5000), (10 ** 5000, "1"), (float("nan"), float("nan")), (float("inf"), "inf"),
+    (DEEP, DEEP), (DEEP, [1]), (LOOP, LOOP), ({1: "a", "b": 2}, {"b": 2, 1: "a"}), ([10 ** 5000], [1]),
+], ids=["huge", "huge-str", "nan", "inf", "deep", "deep-list", "loop", "mixed-keys", "huge-in-list"])
+def test_loose_equal_never_raises(x, y):
+    assert loose_equal(x, y) in (True, False)
+    assert loose_equal(float("nan"), "NaN") is True  # equal strings, as in the release
+
+
+def test_megabyte_trajectories_score_fast():
+    one = block(call("f", a=1, b="x"))
+    text = one * (MB // len(one))
+    gold = [[call("f", a=1, b="x"), call("g")], [call("f", a=2)], [call("f", b="y")]]
+    blocks, denom = fast(predicted_calls, text, ["f", "g"])
+    assert len(blocks) == denom == MB // len(one)
+    s = fast(process_score, text, gold, ["f", "g"])
+    assert 0 <= s["process"] <= 1
+    out = fast(score, text, text, [text, text], task(gold), FactsJudge())
+    assert -0.5 <= out["score"] <= 2.0
+    for hostile in ["<tool_call>" * (MB // 11), "<think>" + "x" * MB, "<tool_call>" + "[" * MB + "</tool_call>",
+                    ("<tool_call>" + "9" * 5000 + "</tool_call>") * (MB // 5023)]:
+        out = fast(score, hostile, hostile, [hostile], task(gold, facts=["1"]), FactsJudge())
+        assert -0.5 <= out["score"] <= 2.0
+    assert fast(loose_equal, "a" * MB, "a" * MB + " ") is True
+    assert fast(loose_equal, 10 ** 100_000, 10 ** 100_000) is False  # cannot be printed: not equal
+
+
+# Hostile inputs for the fuzz test below: the first bytes pick gold, allowed tools, judge and two
+# values for loose_equal, the rest index into segment's tag soup.
+GOLDS = [[], None, "", "not json", [[call("f", a=1)]], [[call("f", a=1), call("g", a="x")], [call("f", a=2)]],
+         ["f", "g"], [{}], [["f", {}]], {"name": "f"}, json.dumps([[call("f", a=1)]]), [[{"name": ["f"]}]],
+         [[{"name": "f", "arguments": '{"a": 1}'}]], [[{"name": "f", "parameters": {"a": 1}}]], [["f"], ["f"], ["g"]]]
+ALLOWED = [["f", "g"], ["f"], [], None, ["f", 5], "fg"]
+VALUES = [None, 0, 1, -1, 1.0, -0.0, 1e-10, 1e308, float("inf"), float("nan"), True, False, "", " ", "1", "1.0",
+          " 1 ", "true", "TRUE", "0", "nan", "inf", "1e400", "x", "X ", "é", 10 ** 5000, 10 ** 4000, [], {}, [1],
+          ["1"], [1, 2], [2, 1], {"a": 1}, {"a": "1"}, {"b": 1, "a": 2}, {1: "a", "b": 2}, [float("nan")], DEEP,
+          LOOP, {"a": DEEP}, b"1", "9" * 5000]
+
+
+class FuzzJudge:
+    def __init__(self, mode):
+        self.mode = mode
+
+    def rate(self, question, tool_responses, response, facts=None):
+        assert len(response) <= MAX_JUDGE_CHARS and sum(map(len, tool_responses)) <= MAX_JUDGE_CHARS
+        if self.mode == 0:
+            raise ConnectionError("down")
+        return [None, 1, 5, 7, True, 3.0][self.mode % 6]
+
+    def solved(self, question, tool_responses, response):
+        if self.mode == 0:
+            raise ConnectionError("down")
+        return [None, True, False, "yes"][self.mode % 4]
+
+
+@pytest.mark.slow
+@FUZZ
+@given(st.binary(min_size=5, max_size=52))
+def test_rewards_fuzz(b):
+    """predicted_calls, process_score, score and loose_equal never raise and stay in range; the
+    five parts equal the release's wherever the release does not raise."""
+    gold, allowed, judge = GOLDS[b[0] % len(GOLDS)], ALLOWED[b[1] % len(ALLOWED)], FuzzJudge(b[2] % 7)
+    x, y = VALUES[b[3] % len(VALUES)], VALUES[b[4] % len(VALUES)]
+    text = "".join(SOUP[i % len(SOUP)] for i in b[5:])
+    eq = loose_equal(x, y)
+    assert eq in (True, False) and loose_equal(y, x) is eq
+    blocks, denom = predicted_calls(text, allowed if b[1] % 2 else None, strict=bool(b[2] & 8))
+    assert len(blocks) <= denom and all(not c.error for calls in blocks for c in calls)
+    parts = process_score(text, gold, allowed)
+    assert all(0.0 <= parts[k] <= 1.0 for k in parts) and parts["omission"] in (0.0, 1.0)
+    try:
+        want = release_parts(text, gold, allowed)
+    except Exception:  # the release raises here
+        want = None
+    if want is not None:
+        assert {k: parts[k] for k in PARTS + ("omission",)} == {k: want[k] for k in PARTS + ("omission",)}
+    t = SimpleNamespace(gold=gold, allowed_tools=allowed, question=text, facts=["1"])
+    out = score(text, text, [text, text] if b[2] & 16 else [], t, judge, strict=bool(b[2] & 8),
+                succ_judge=bool(b[2] & 32))
+    assert -0.5 <= out["score"] <= 2.0
+    assert all(0.0 <= out[k] <= 1.0 for k in ("process", "summary", "r_action", "r_succ", "r_tool"))
+    assert out["judge_failed"] in (0.0, 1.0) and out["omission"] in (0.0, 1.0)

@@ -1,7 +1,14 @@
 """segment.py: masks from the response mask (SPEC §1) and the call parser."""
+import re
+import time
+
+import pytest
 import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from segment import Call, find_blocks, parse_block, segment_masks, strip_think
+
+MB = 1_000_000
 
 
 def masks_loop(row):
@@ -56,6 +63,12 @@ def test_truncated_trajectory_last_tool_turn_counts_as_summary():
 def test_strip_think():
     s = "<think>call <tool_call>x</tool_call></think>a<thinking>\nb\n</thinking>c"
     assert strip_think(s) == "ac"
+    # the release's pattern pairs the tags freely and stops at the FIRST closing tag
+    assert strip_think("<think>a</thinking>b<thinking>c</think>d") == "bd"
+    assert strip_think("<think>x<thinking>y</thinking>z</think>w") == "z</think>w"
+    # unclosed: the rest stays; a tag that is not exactly <think> or <thinking> is text
+    assert strip_think("a<think>b<tool_call>") == "a<think>b<tool_call>"
+    assert strip_think("<thinker>a</think>b<think >c</think>") == "<thinker>a</think>b<think >c</think>"
 
 
 def test_find_blocks():
@@ -69,6 +82,11 @@ def test_parse_block_forms():
         [Call("f", {}), Call("g", {"y": 2})]
     assert parse_block('{"name": "f", "arguments": "{\\"x\\": 1}"}') == [Call("f", {"x": 1})]
     assert parse_block("[]") == []
+    # arguments or parameters or {}: null, "", [] and {} fall through (the release's Python `or`)
+    for empty in ("null", '""', "[]", "{}", "0", "false"):
+        assert parse_block('{"name": "f", "arguments": %s, "parameters": {"y": 2}}' % empty,
+                           string_args=False) == [Call("f", {"y": 2})]
+        assert parse_block('{"name": "f", "arguments": %s}' % empty, string_args=False) == [Call("f", {})]
 
 
 def test_parse_block_errors_never_raise():
@@ -84,3 +102,83 @@ def test_parse_block_errors_never_raise():
     assert c.error.startswith("Invalid tool arguments format - ")
     c, = parse_block('{"name": "f", "arguments": "{}"}', string_args=False)
     assert c.error.startswith("Invalid tool arguments format - ")
+
+
+def test_parse_block_hostile_json_is_an_error():
+    # '[' * 1000 used to raise RecursionError, a 5,000-digit integer ValueError
+    c, = parse_block("[" * 1000)
+    assert c.error.startswith("Invalid tool call format - ")
+    c, = parse_block('{"name": "f", "arguments": {"a": %s}}' % ("7" * 5000))
+    assert c.error.startswith("Invalid tool call format - ")
+    c, = parse_block('{"name": "f", "arguments": "[' + "[" * 1000 + '"}')
+    assert c.name == "f" and c.error.startswith("Invalid tool arguments format - ")
+    c, = parse_block('{"name": "f", "arguments": "%s"}' % ("7" * 5000))
+    assert c.error.startswith("Invalid tool arguments format - ")
+
+
+def fast(f, *args):
+    """f(*args), asserting it took under 1 s of this process's CPU (other jobs on the machine do not count)."""
+    t = time.process_time()
+    out = f(*args)
+    assert time.process_time() - t < 1.0, f"{f.__name__} took {time.process_time() - t:.1f} s"
+    return out
+
+
+def test_megabyte_inputs_are_linear():
+    assert fast(find_blocks, "<tool_call>" * 20_000) == []  # 15 s with the old regex
+    assert fast(find_blocks, "<tool_call>" * (MB // 11)) == []
+    assert len(fast(find_blocks, "<tool_call>x</tool_call>" * (MB // 24))) == MB // 24
+    assert fast(strip_think, "<think>" * 20_000) == "<think>" * 20_000  # 25 s with the old regex
+    assert fast(strip_think, "<think>" * (MB // 7)) == "<think>" * (MB // 7)
+    unclosed = "<think>" + "x" * MB
+    assert fast(strip_think, unclosed) == unclosed
+    assert fast(strip_think, "<think>a</thinking>" * (MB // 19)) == ""
+    assert fast(strip_think, "</think><thinkX" * (MB // 15)) == "</think><thinkX" * (MB // 15)
+    for body in ["[" * MB, "{" * MB, "7" * MB, '"' + "a" * MB, "[1," * (MB // 3) + "1]", " " * MB]:
+        c, = fast(parse_block, body)
+        assert c.error
+    calls = fast(parse_block, "[" + ",".join(['{"name": "f", "arguments": {"a": 1}}'] * (MB // 40)) + "]")
+    assert len(calls) == MB // 40 and not any(c.error for c in calls)
+
+
+# Hostile text: bytes index into tag soup (Hermes tags, think tags of both kinds, special tokens,
+# JSON punctuation, huge and odd numbers, deep brackets, unicode incl. a lone surrogate, NUL).
+SOUP = ["<tool_call>", "</tool_call>", "<think>", "</think>", "<thinking>", "</thinking>", "<think", "</think",
+        "ing>", ">", "<", "[", "]", "{", "}", '"', ":", ",", "\\", " ", "\n", '"name"', '"arguments"',
+        '"parameters"', '"f"', '"g"', '"a"', "null", "[]", "{}", "1", "0", "9" * 5000, "-0.5e3", "1e400", "true",
+        "NaN", "Infinity", "<|im_end|>", "<|im_start|>", "<|endoftext|>", "é", "🙂", "\x00", "\ud800", "[" * 100,
+        "]" * 100, '{"name": "f", "arguments": {"a": 1}}', '{"name": "g", "parameters": {"a": "1"}}',
+        '{"name": "f", "arguments": null}', '{"name": "f", "arguments": "{}"}', '[{"name": "f"}, {"name": "g"}]', "x"]
+soup = st.binary(max_size=48).map(lambda b: "".join(SOUP[i % len(SOUP)] for i in b))
+FUZZ = settings(max_examples=10_000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+THINK = re.compile(r"<think(?:ing)?>(.*?)</think(?:ing)?>", re.DOTALL)  # the release's patterns
+BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+@pytest.mark.slow
+@FUZZ
+@given(soup)
+def test_text_helpers_fuzz(text):
+    """strip_think and find_blocks equal the release's regexes; parse_block never raises."""
+    assert strip_think(text) == THINK.sub("", text)
+    bodies = find_blocks(text)
+    assert bodies == BLOCK.findall(text)
+    for body in bodies + [text]:
+        for string_args in (True, False):
+            calls = parse_block(body, string_args)
+            assert isinstance(calls, list)
+            for c in calls:
+                assert isinstance(c, Call) and isinstance(c.error, str)
+                assert c.error or (isinstance(c.name, str) and c.name and isinstance(c.arguments, dict))
+
+
+def test_drop_blocks_equals_the_regex_and_is_linear():
+    import time
+    from segment import drop_blocks
+    pattern = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+    for t in ["a<tool_call>x</tool_call>b<tool_call>y", "<tool_call><tool_call>1</tool_call></tool_call>", "",
+              "</tool_call><tool_call>", "x<tool_call></tool_call>y"]:
+        assert drop_blocks(t) == pattern.sub("", t)
+    t0 = time.process_time()
+    drop_blocks("<tool_call>" * 100_000)
+    assert time.process_time() - t0 < 1.0
