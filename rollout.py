@@ -1,29 +1,66 @@
-"""Batched multi-turn rollouts with transformers `generate` (SPEC §6).
+"""Batched multi-turn rollouts with a KV-cached sampling loop of our own (SPEC §6).
 
 Each task's prompt goes through the tokenizer's chat template once (tools are added only when
 the system message does not already hold a <tools> block). Then, turn by turn, every live
-sequence of the batch is left-padded into one `generate` call that stops at `</tool_call>`
-or at eos. A turn that opened a `<tool_call>` is answered by the simulator; the end of the
-assistant turn, the tool turn with every observation and the next assistant header are
-appended BY ID with response mask 0. Earlier turns are never decoded and re-encoded
-(token-in, token-out), so the ids the policy is trained on are the ids it sampled.
+rollout samples one assistant turn that stops at `</tool_call>`, eos or pad. A turn that holds
+a `<tool_call>` is answered by the simulator; the end of the assistant turn, the tool turn with
+every observation and the next assistant header are appended BY ID with response mask 0.
+Earlier turns are never decoded and re-encoded (token-in, token-out), so the ids the policy is
+trained on are the ids it sampled.
 
-Caps (SPEC §6): `max_turns` assistant turns (10), `max_tokens` response tokens in all,
-observations included (8,192); a trajectory that would overflow stops before the
-observation. Observation length (2,048 chars) is the simulator's cap. Each rollout records
-why it stopped: "done" (a turn without a call), "turns" or "length". Training samples at
-temperature 1 with no top-k/top-p; temperature 0 is greedy (evaluation).
+Sampling (`sample`, no `model.generate`). Each rollout keeps its KV cache from turn to turn:
+a new turn feeds only what is not in the cache yet (the last sampled id and the tool-turn
+glue), never the conversation again. The G rollouts of a prompt prefill it once and copy its
+cache. A row leaves the batch as soon as it stops (its cache rows are cut out and kept for its
+next turn), so no compute goes to finished rows. Rows of different lengths sit in one batch
+left-padded (and, from the second turn on, padded in the middle, between the cache and the new
+ids): a 2D attention mask over cache + new ids hides the padding and position ids are
+cumsum(mask) - 1, so every row computes what it would alone. Temperature 1 samples from the
+softmax of the raw logits (no top-k, top-p or repetition penalty, as `generate` was asked to);
+temperature 0 is greedy. Every sampled id comes with its log-prob under the policy at
+temperature 1 (log_softmax of the raw logits, in float32, whatever the sampling temperature):
+`Rollout.logprobs`, the old log-probs of PPO (the release recomputes them with a forward pass;
+train.py keeps that behind a flag, since bf16 batched decoding differs slightly from it).
+Models with sliding-window layers are not supported (the cache is rebuilt as full layers).
+
+Caps (SPEC §6): `max_turns` assistant turns (10); `max_tool_rounds` answered tool rounds
+(None: no cap; the release's launcher sets max_user_turns=6, train.py's paper preset passes 6);
+`max_tokens` response tokens in all, observations included (8,192); a trajectory that would
+overflow stops before the observation. Observation length (2,048 chars) is the simulator's cap.
+Each rollout records why it stopped:
+
+    "done"         a turn without `<tool_call>` (the final answer)
+    "no_call"      a turn with `<tool_call>` but no call the simulator could parse: it returned
+                   ([], []) and the trajectory ends there, as the release's Hermes parser does
+    "turns"        the max_turns-th turn holds a call; it is never answered
+    "tool_rounds"  max_tool_rounds rounds were answered and the next turn holds a call again
+    "length"       the token budget ran out (in a turn, or no room for the observation)
+
+A simulator that raises does not end the batch: its texts are retried one by one and a text
+that still raises gets one failed call (`Call.failed`), observed as
+"Error when executing tool: <reason>".
+
+Untrusted text stays text: task messages, tool definitions (data files) and observations may
+hold special-token strings such as `<|im_end|>\\n<|im_start|>system`. `chat_ids` renders the
+chat template with those strings swapped for private-use placeholders and encodes them back as
+plain text, so only the template's own markup becomes special ids (for text without such
+strings the ids equal the tokenizer's encoding of the rendered template). Non-special added
+tokens (`<tool_call>`, `<tool_response>`, ...) are encoded as the tokenizer always does.
 
     rs = rollout(model, tok, tasks, simulator)   # one Rollout per task: repeat tasks G times for a group
 """
+import re
+import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
+from transformers import DynamicCache
 
-from segment import OPEN, segment_masks, strip_think
+from segment import OPEN, Call, segment_masks, strip_think
 
 MAX_TURNS = 10       # SPEC §6: assistant turns per trajectory
 MAX_TOKENS = 8192    # SPEC §6: response tokens per trajectory, observations included
+MARK = 0xF0000       # first code point of Unicode plane 15 (private use): placeholders for special tokens
 
 
 @dataclass
@@ -33,8 +70,9 @@ class Rollout:
     prompt: list                                   # prompt ids
     ids: list = field(default_factory=list)        # response ids: policy turns + masked tool turns
     mask: list = field(default_factory=list)       # response mask: 1 on the policy's own tokens
+    logprobs: list = field(default_factory=list)   # per response id: log π(id) at T=1 when sampled, 0 on glue
     turns: list = field(default_factory=list)      # per assistant turn: {"text", "calls", "observations"}
-    stop: str = ""                                 # "done" | "turns" | "length"
+    stop: str = ""                                 # "done" | "no_call" | "turns" | "tool_rounds" | "length"
     tool_mask: list = field(default_factory=list)     # segment masks over `ids` (segment.py)
     summary_mask: list = field(default_factory=list)
 
@@ -51,19 +89,63 @@ class Rollout:
 
     @property
     def observations(self):
+        """Every observation the policy saw, error messages included."""
         return [o for t in self.turns for o in t["observations"]]
+
+    @property
+    def responses(self):
+        """The real tool responses: observations of calls that passed the checks and were answered
+        (what the judge sees and what opens the summary gate)."""
+        return [o for t in self.turns for c, o in zip(t["calls"], t["observations"])
+                if not c["error"] and not c["failed"]]
+
+    @property
+    def failed(self):
+        """How many observations the policy saw are transport failures, not tool answers."""
+        return sum(c["failed"] for t in self.turns for c, _ in zip(t["calls"], t["observations"]))
 
     @property
     def tool_turns(self):
         return sum(OPEN in strip_think(t["text"]) for t in self.turns)
 
 
+# ---------------------------------------------------------------------------------------------
+# ids: prompts and tool turns
+def chat_ids(tok, messages, tools=None, add_generation_prompt=True):
+    """`tok.apply_chat_template(messages, tools)` as ids, where a special-token string inside a
+    message or a tool definition is encoded as plain text: only the template's own markup can
+    become special ids."""
+    special = sorted((t.content for t in tok.added_tokens_decoder.values() if t.special), key=len, reverse=True)
+    find = re.compile("|".join(map(re.escape, special)) or "(?!)")  # (?!) matches nothing
+    marks = {s: chr(MARK + k) for k, s in enumerate(special)}
+    unmark = {m: s for s, m in marks.items()}
+    placeholder = re.compile(f"[{chr(MARK)}-{chr(MARK + max(len(special) - 1, 0))}]")
+
+    def mark(x):  # placeholders already in the data are dropped, so they cannot forge a marked token
+        if isinstance(x, str):
+            return find.sub(lambda m: marks[m[0]], placeholder.sub("", x))
+        if isinstance(x, dict):
+            return {k: mark(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [mark(v) for v in x]
+        return x
+
+    text = tok.apply_chat_template(mark(messages), tools=mark(tools), tokenize=False,
+                                   add_generation_prompt=add_generation_prompt)
+    ids = []
+    for k, piece in enumerate(re.split(f"({find.pattern})", text)):  # odd pieces: the template's special tokens
+        if k % 2:
+            ids.append(tok.convert_tokens_to_ids(piece))
+        elif piece:
+            piece = placeholder.sub(lambda m: unmark.get(m[0], ""), piece)
+            ids += tok(piece, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    return ids
+
+
 def prompt_ids(tok, task):
     """Chat-template the task's prompt; tools only if the system message lacks them."""
     has_tools = any(m["role"] == "system" and "<tools>" in m["content"] for m in task.messages)
-    text = tok.apply_chat_template(task.messages, tools=None if has_tools else (task.tools or None),
-                                   tokenize=False, add_generation_prompt=True)
-    return tok.encode(text, add_special_tokens=False)
+    return chat_ids(tok, task.messages, None if has_tools else (task.tools or None))
 
 
 def tool_turn_ids(tok, observations, ended_on_eos):
@@ -72,16 +154,17 @@ def tool_turn_ids(tok, observations, ended_on_eos):
     The tool turn comes from the chat template itself (rendered alone; the default system
     turn the template adds in front is cut off), so any Hermes-style template works.
     """
-    msgs = [{"role": "tool", "content": o} for o in observations]
-    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    text = text[len(tok.apply_chat_template([{}], tokenize=False)):]
+    ids = chat_ids(tok, [{"role": "tool", "content": o} for o in observations])
+    head = chat_ids(tok, [{}], add_generation_prompt=False)  # the default system turn
+    if ids[:len(head)] != head:
+        raise ValueError("the chat template does not render a tool turn after its default system turn")
     close = "\n" if ended_on_eos else tok.eos_token + "\n"
-    return tok.encode(close + text, add_special_tokens=False)
+    return tok.encode(close, add_special_tokens=False) + ids[len(head):]
 
 
 def stop_ids(tok, stop_at_call=True):
     """Token ids that end a turn: eos, pad and, with `stop_at_call`, </tool_call> (a single
-    token in Qwen2.5). eval.py's BFCL and τ² replies pass False: one reply may hold several blocks."""
+    token in Qwen2.5). bench/models.py's BFCL and τ² replies pass False: one reply may hold several blocks."""
     ids = {tok.eos_token_id, tok.pad_token_id}
     if stop_at_call:
         ids.add(tok.convert_tokens_to_ids("</tool_call>"))
@@ -90,67 +173,148 @@ def stop_ids(tok, stop_at_call=True):
     return sorted(i for i in ids if i is not None)
 
 
+# ---------------------------------------------------------------------------------------------
+# sampling
+def batch_cache(kvs, N):
+    """Per-row caches (per layer (keys, values), each (H, n, D); None: empty) left-padded into
+    one DynamicCache of N columns, or None when N == 0. Each row's layers are released as they
+    are copied (set to None), so the caches never exist twice."""
+    if N == 0:
+        return None
+    ref = next(kv for kv in kvs if kv is not None)
+    n = [0 if kv is None else kv[0][0].shape[1] for kv in kvs]
+    layers = []
+    for layer in range(len(ref)):
+        H, _, D = ref[layer][0].shape
+        k = ref[layer][0].new_zeros(len(kvs), H, N, D)                     # (U, H, N, D)
+        v = torch.zeros_like(k)
+        for u, kv in enumerate(kvs):
+            if kv is not None:
+                k[u, :, N - n[u]:], v[u, :, N - n[u]:] = kv[layer]
+                kv[layer] = None
+        layers.append((k, v))
+    return DynamicCache(layers)
+
+
+def row_cache(cache, mask, j):
+    """Row j of a batched cache without its padding columns: per layer (keys, values), each (H, n, D)."""
+    keep = mask[j].bool()                                                  # (C,)
+    return [(layer.keys[j][:, keep], layer.values[j][:, keep]) for layer in cache.layers]
+
+
 @torch.no_grad()
+def sample(model, kvs, pending, budgets, temperature, stops):
+    """One assistant turn for each row, decoded from its KV cache.
+
+    Row b holds `kvs[b]`, the cache of the ids it has fed so far (per layer (keys, values),
+    each (H, n, D); None when it has fed nothing), and `pending[b]`, the ids to feed before it
+    samples. Rows with no cache and the same pending ids (the G rollouts of one prompt) are
+    prefilled once. Row b samples until a stop id or `budgets[b]` ids and then leaves the batch.
+    Returns per row (ids, logprobs, cache): the sampled ids, their log-probs under the policy at
+    temperature 1, and the cache of every id fed (the last sampled id is not fed: it starts the
+    row's next pending ids). The caches passed in are consumed (emptied into the batch); a row
+    with budget < 1 samples nothing and gets its cache back.
+    """
+    stops = torch.tensor(stops, device=model.device)
+    out = [([], [], kv) for kv in kvs]
+    todo = [b for b in range(len(kvs)) if budgets[b] >= 1]
+    if not todo:
+        return out
+    # prefill each distinct (cache, pending ids) once: fresh rows with equal prompts share it
+    key = {b: tuple(pending[b]) if kvs[b] is None else b for b in todo}
+    first = {}
+    for b in todo:
+        first.setdefault(key[b], b)
+    uniq = list(first.values())
+    n = [0 if kvs[b] is None else kvs[b][0][0].shape[1] for b in uniq]
+    p = [len(pending[b]) for b in uniq]
+    N, P = max(n), max(p)
+    ids = torch.zeros(len(uniq), P, dtype=torch.long)                     # (U, P) padding: any id, masked
+    mask = torch.zeros(len(uniq), N + P, dtype=torch.long)                # (U, N + P) cache + new ids
+    for u, b in enumerate(uniq):
+        ids[u, P - p[u]:] = torch.tensor(pending[b])
+        mask[u, N - n[u]:N] = 1
+        mask[u, N + P - p[u]:] = 1
+    ids, mask = ids.to(model.device), mask.to(model.device)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)                              # (U, N + P)
+    res = model(input_ids=ids, attention_mask=mask, position_ids=pos[:, N:],
+                cache=batch_cache([kvs[b] for b in uniq], N), use_cache=True, logits_to_keep=1)
+    slot = {k: u for u, k in enumerate(first)}
+    sel = torch.tensor([slot[key[b]] for b in todo], device=model.device)  # (B,) prefill row of each row
+    cache, mask, logits = res.cache, mask[sel], res.logits[sel, -1]        # mask (B, C), logits (B, V)
+    cache.batch_select_indices(sel)
+    rows, new, lps = list(todo), {b: [] for b in todo}, {b: [] for b in todo}
+    while True:
+        logp = logits.float().log_softmax(-1)                              # (b, V) the policy at temperature 1
+        if temperature > 0:
+            nxt = torch.multinomial((logits.float() / temperature).softmax(-1), 1)[:, 0]  # (b,)
+        else:
+            nxt = logp.argmax(-1)                                          # (b,)
+        lp = logp.gather(-1, nxt[:, None])[:, 0]                           # (b,)
+        stop = torch.isin(nxt, stops)                                      # (b,)
+        keep = []
+        for j, (b, t, x, s) in enumerate(zip(rows, nxt.tolist(), lp.tolist(), stop.tolist())):
+            new[b].append(t)
+            lps[b].append(x)
+            if s or len(new[b]) >= budgets[b]:
+                out[b] = (new[b], lps[b], row_cache(cache, mask, j))
+            else:
+                keep.append(j)
+        if not keep:
+            return out
+        if len(keep) < len(rows):  # finished rows leave the batch
+            idx = torch.tensor(keep, device=model.device)
+            cache.batch_select_indices(idx)
+            rows, mask, nxt = [rows[j] for j in keep], mask[idx], nxt[idx]
+        pos = mask.sum(-1, keepdim=True)                                   # (b, 1) position of the new id
+        mask = torch.cat([mask, mask.new_ones(len(rows), 1)], -1)          # (b, C + 1)
+        logits = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
+                       cache=cache, use_cache=True).logits[:, -1]          # (b, V)
+
+
 def generate_turn(model, tok, seqs, budgets, temperature, batch_size, stop_at_call=True):
-    """One assistant turn for each sequence: the new ids, cut at the first stop token."""
-    stops, pad = stop_ids(tok, stop_at_call), tok.pad_token_id
-    out = []
+    """One assistant turn for each sequence: the new ids, ending at the first stop token."""
+    stops, out = stop_ids(tok, stop_at_call), []
     for s in range(0, len(seqs), batch_size):
-        chunk, budget = seqs[s:s + batch_size], budgets[s:s + batch_size]
-        L = max(map(len, chunk))
-        ids = torch.tensor([[pad] * (L - len(q)) + q for q in chunk], device=model.device)  # (b, L)
-        attn = torch.tensor([[0] * (L - len(q)) + [1] * len(q) for q in chunk], device=model.device)
-        sample = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 \
-            else dict(do_sample=False)
-        gen = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max(budget),
-                             eos_token_id=stops, pad_token_id=pad, repetition_penalty=1.0, **sample)
-        for row, b in zip(gen[:, L:].tolist(), budget):  # (b, new)
-            cut = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
-            out.append(row[:min(cut, b)])
+        chunk = seqs[s:s + batch_size]
+        out += [ids for ids, _, _ in sample(model, [None] * len(chunk), chunk, budgets[s:s + batch_size],
+                                            temperature, stops)]
     return out
 
 
-def rollout(model, tok, tasks, simulator, groups=None, temperature=1.0,
-            max_turns=MAX_TURNS, max_tokens=MAX_TOKENS, batch_size=64):
-    """Run every task to the end; returns one Rollout per task, in order."""
+# ---------------------------------------------------------------------------------------------
+# rollouts
+def respond(simulator, texts, tasks):
+    """`simulator.respond`; if it raises, the texts are answered one by one and a text that still
+    raises gets one failed call (an answer that never came) instead of ending the whole batch."""
+    if not texts:
+        return []
+    try:
+        out = simulator.respond(texts, tasks)
+        if len(out) != len(texts):
+            raise ValueError(f"{len(out)} answers for {len(texts)} turns")
+        return out
+    except Exception:
+        out = []
+        for text, task in zip(texts, tasks):
+            try:
+                out += simulator.respond([text], [task])[:1]
+            except Exception as e:
+                reason = f"{type(e).__name__}: {e}"[:200]
+                warnings.warn(f"the simulator raised on a turn, observed as a failed call: {reason}")
+                out.append(([Call(failed=True)], ["Error when executing tool: " + reason]))
+        return out
+
+
+def rollout(model, tok, tasks, simulator, groups=None, temperature=1.0, max_turns=MAX_TURNS,
+            max_tokens=MAX_TOKENS, batch_size=64, max_tool_rounds=None):
+    """Run every task to the end, `batch_size` rollouts at a time (each batch keeps its caches
+    over all its turns; a multiple of the group size G prefills each prompt once); returns one
+    Rollout per task, in order."""
     groups = list(range(len(tasks))) if groups is None else groups
     rs = [Rollout(t, g, prompt_ids(tok, t)) for t, g in zip(tasks, groups)]
-    stops = set(stop_ids(tok))
-    live = list(range(len(rs)))
-    for turn in range(max_turns):
-        if not live:
-            break
-        new = generate_turn(model, tok, [rs[i].prompt + rs[i].ids for i in live],
-                            [max_tokens - len(rs[i].ids) for i in live], temperature, batch_size)
-        callers, texts = [], []
-        for i, ids in zip(live, new):
-            r = rs[i]
-            r.ids += ids
-            r.mask += [1] * len(ids)
-            text = tok.decode(ids, skip_special_tokens=True)
-            r.turns.append({"text": text, "calls": [], "observations": []})
-            if OPEN not in strip_think(text):
-                r.stop = "done" if ids and ids[-1] in stops else "length"
-            elif len(r.ids) >= max_tokens:
-                r.stop = "length"
-            elif turn == max_turns - 1:  # the cap: this call is never answered
-                r.stop = "turns"
-            else:
-                callers.append(i)
-                texts.append(text)
-        live = []
-        answers = simulator.respond(texts, [rs[i].task for i in callers]) if callers else []
-        for i, (calls, obs) in zip(callers, answers):
-            r = rs[i]
-            r.turns[-1]["calls"] = [asdict(c) for c in calls]
-            glue = tool_turn_ids(tok, obs, r.ids[-1] == tok.eos_token_id)
-            if len(r.ids) + len(glue) >= max_tokens:  # no room for the observation and a reply
-                r.stop = "length"
-            else:
-                r.turns[-1]["observations"] = obs
-                r.ids += glue
-                r.mask += [0] * len(glue)
-                live.append(i)
+    for s in range(0, len(rs), batch_size):
+        run(model, tok, rs[s:s + batch_size], simulator, temperature, max_turns, max_tokens, max_tool_rounds)
     for r in rs:
         m = torch.tensor([r.mask])                                      # (1, T)
         tool, summ, _, _ = segment_masks(m)
@@ -158,9 +322,62 @@ def rollout(model, tok, tasks, simulator, groups=None, temperature=1.0,
     return rs
 
 
+def run(model, tok, rs, simulator, temperature, max_turns, max_tokens, max_tool_rounds):
+    """All turns of the rollouts `rs`, in place."""
+    stops = stop_ids(tok)
+    kvs, pending = [None] * len(rs), [r.prompt for r in rs]
+    live = list(range(len(rs)))
+    for turn in range(max_turns):
+        if not live:
+            break
+        past, kvs = [kvs[i] for i in live], [None] * len(rs)  # handed over to sample, which frees them
+        new = sample(model, past, [pending[i] for i in live], [max_tokens - len(rs[i].ids) for i in live],
+                     temperature, stops)
+        callers, texts = [], []
+        for i, (ids, lps, kv) in zip(live, new):
+            r = rs[i]
+            r.ids += ids
+            r.mask += [1] * len(ids)
+            r.logprobs += lps
+            kvs[i], pending[i] = kv, ids[-1:]
+            text = tok.decode(ids, skip_special_tokens=True)
+            r.turns.append({"text": text, "calls": [], "observations": []})
+            rounds = sum(bool(t["observations"]) for t in r.turns)
+            if OPEN not in strip_think(text):
+                r.stop = "done" if ids and ids[-1] in stops else "length"
+            elif len(r.ids) >= max_tokens:
+                r.stop = "length"
+            elif turn == max_turns - 1:  # the cap: this call is never answered
+                r.stop = "turns"
+            elif max_tool_rounds is not None and rounds >= max_tool_rounds:
+                r.stop = "tool_rounds"
+            else:
+                callers.append(i)
+                texts.append(text)
+        live = []
+        for i, (calls, obs) in zip(callers, respond(simulator, texts, [rs[i].task for i in callers])):
+            r = rs[i]
+            r.turns[-1]["calls"] = [asdict(c) for c in calls]
+            if not obs:  # no parseable call: the trajectory ends here
+                r.stop = "no_call"
+                continue
+            glue = tool_turn_ids(tok, obs, r.ids[-1] == tok.eos_token_id)
+            if len(r.ids) + len(glue) >= max_tokens:  # no room for the observation and a reply
+                r.stop = "length"
+            else:
+                r.turns[-1]["observations"] = obs
+                r.ids += glue
+                r.mask += [0] * len(glue)
+                r.logprobs += [0.0] * len(glue)
+                pending[i] = pending[i] + glue
+                live.append(i)
+        kvs = [kv if i in live else None for i, kv in enumerate(kvs)]  # drop the caches of ended rows
+
+
 def collate(rs, pad_id):
-    """Right-padded training tensors over prompt + response, each (B, L): ids, attention, and
-    the response, tool and summary masks (0 on the prompt)."""
+    """Right-padded training tensors over prompt + response, each (B, L): ids, attention, the
+    response, tool and summary masks (0 on the prompt) and the sampling-time log-probs
+    (`logprobs[:, t]` = log π(ids_t | ids_<t), 0 where the response mask is 0)."""
     L = max(len(r.prompt) + len(r.ids) for r in rs)
 
     def pad(x, fill=0):
@@ -173,4 +390,5 @@ def collate(rs, pad_id):
             "attention_mask": torch.tensor([pad([1] * (len(r.prompt) + len(r.ids))) for r in rs]),
             "response_mask": torch.stack([resp(r, r.mask) for r in rs]),
             "tool_mask": torch.stack([resp(r, r.tool_mask) for r in rs]),
-            "summary_mask": torch.stack([resp(r, r.summary_mask) for r in rs])}
+            "summary_mask": torch.stack([resp(r, r.summary_mask) for r in rs]),
+            "logprobs": torch.tensor([pad([0.0] * len(r.prompt) + r.logprobs, 0.0) for r in rs])}

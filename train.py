@@ -76,11 +76,12 @@ from simulator import Simulator
 PAPER = dict(data=None, eval_data=None, sft_data=None, sft_epochs=2, sft_lr=5e-6, sft_batch=32,
              sft_max_len=16384, sft_limit=None, group_size=16, prompts_per_step=128, mini_batch=32,
              micro_batch=8, lr=1e-6, steps=None, max_tokens=8192, eval_limit=None, eval_every=50,
-             dtype="bfloat16", grad_ckpt=True)
+             dtype="bfloat16", grad_ckpt=True, old_logprobs="recompute")
 TINY = dict(data="data/world/rl.jsonl", eval_data="data/world/eval.jsonl", sft_data="data/world/sft.jsonl",
             sft_epochs=2, sft_lr=3e-3, sft_batch=8, sft_max_len=1024, sft_limit=None, group_size=8,
             prompts_per_step=8, mini_batch=2, micro_batch=32, lr=1e-4, steps=8, max_tokens=384,
-            eval_limit=100, eval_every=0, dtype="float32", grad_ckpt=False)  # sized for ~10 min on 2 CPU cores
+            eval_limit=100, eval_every=0, dtype="float32", grad_ckpt=False, old_logprobs="sample")  # sized for ~10 min on 2 CPU cores
+STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's stop reasons
 RESUME_FREE = {"resume", "overwrite", "show", "device"}  # flags a resumed run may change
 
 
@@ -132,7 +133,11 @@ def get_args(argv=None):
     g.add_argument("--max-tool-rounds", type=int, default=6,
                    help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
     g.add_argument("--max-tokens", type=int, default=None, help="response tokens per trajectory, observations included")
-    g.add_argument("--gen-batch", type=int, default=64, help="sequences per generate call")
+    g.add_argument("--gen-batch", type=int, default=64,
+                   help="rollouts sampled together through all their turns; a multiple of G prefills each prompt once")
+    g.add_argument("--old-logprobs", choices=["sample", "recompute"], default=None,
+                   help="log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass "
+                        "(the release's; exact when sampling ran in lower precision than training)")
     g = p.add_argument_group("loss (SPEC §4)")
     g.add_argument("--loss-agg", choices=["seq-mean-token-mean", "token-mean"], default="seq-mean-token-mean",
                    help="seq-mean-token-mean = what the released run computed (one rollout per micro-batch): a mean "
@@ -583,14 +588,15 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     gids = torch.tensor(groups)                                                         # (B,)
     A, tp, sp, adv_tool, adv_sum = advantages(scores, batch, gids, keep, a)
 
-    # old and reference log-probs, before any update
+    # old log-probs (from sampling, or recomputed) and reference log-probs, before any update
     B = len(rs)
-    old = torch.zeros(batch["input_ids"].shape, device=a.device)                      # (B, L)
+    old = batch.pop("logprobs").float() * batch["response_mask"]                    # (B, L)
     refl = torch.zeros_like(old) if ref is not None else None
     with torch.no_grad():
         for rows, mb in micro_batches(batch, list(range(B)), a.micro_batch):
             L = mb["input_ids"].shape[1]
-            old[rows, :L] = token_logprobs(model, mb["input_ids"], mb["attention_mask"], mb["response_mask"])
+            if a.old_logprobs == "recompute":
+                old[rows, :L] = token_logprobs(model, mb["input_ids"], mb["attention_mask"], mb["response_mask"])
             if ref is not None:
                 refl[rows, :L] = token_logprobs(ref, mb["input_ids"], mb["attention_mask"], mb["response_mask"])
     t1 = time.time()
@@ -605,8 +611,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
              **seg_stats(adv_tool, tp, gids, "tool"), **seg_stats(adv_sum, sp, gids, "sum"),
              "sign_conflict": float(((adv_tool * adv_sum) < 0).sum()),
              **{k: stats[k] for k in loss_keys},
-             "stop_length": float(sum(r.stop == "length" for r in rs)),
-             "stop_turns": float(sum(r.stop == "turns" for r in rs)),
+             **{f"stop_{k}": float(sum(r.stop == k for r in rs)) for k in STOPS},
              "sim_failed": float(sim_fail.sum()), "judge_failed": float(judge_fail.sum()),
              "policy_tokens": float(batch["response_mask"].sum()), "tokens": float(batch["attention_mask"].sum())}
     tot = dict(zip(local, all_sum(list(local.values()))))
@@ -622,7 +627,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
               "loss": stats["loss"] / u, "grad_norm": stats["grad_norm"] / u,
               "skipped_updates": stats["skipped"], "bad_updates_in_a_row": bad,
               "sim_failed": tot["sim_failed"] / n, "judge_failed": tot["judge_failed"] / n,
-              "stop_length": tot["stop_length"] / n, "stop_turns": tot["stop_turns"] / n,
+              **{f"stop_{k}": tot[f"stop_{k}"] / n for k in STOPS},
               "rollout_tok_s": tot["policy_tokens"] / t_roll / world(),
               "train_tok_s": a.ppo_epochs * tot["tokens"] / t_train / world(),
               "t_rollout": t_roll, "t_train": t_train,

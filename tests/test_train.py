@@ -240,3 +240,19 @@ def test_endpoint_failures_are_dropped_counted_and_stop_the_run_past_the_limit(w
     monkeypatch.setattr(train, "score_rollouts", judge_down_for(0.75))
     with pytest.raises(SystemExit, match=r"75% of the rollouts.*the judge \(http://127.0.0.1:9/v1\)"):
         train.main(argv + ["--out", str(tmp / "b"), "--judge-url", "http://127.0.0.1:9/v1"])
+
+
+def test_old_logprobs_from_sampling_equal_the_recomputed_ones(world):
+    tmp, rl, _ = world
+    finals = {}
+    for how in ("sample", "recompute"):
+        out = tmp / how
+        train.main(["--data", rl, "--sft-data", "", "--eval-data", "", "--steps", "1", "--group-size", "4",
+                    "--prompts-per-step", "2", "--mini-batch", "2", "--max-tokens", "32", "--max-turns", "2",
+                    "--lr", "1e-3", "--old-logprobs", how, "--out", str(out)])
+        m, = [json.loads(l) for l in open(out / "metrics.jsonl")]
+        assert abs(m["approx_kl"]) < 1e-5 and m["clip_frac"] == 0.0 and abs(m["ratio"] - 1) < 1e-5, how
+        from transformers import AutoModelForCausalLM
+        finals[how] = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
+    for k, v in finals["sample"].items():
+        assert torch.allclose(v, finals["recompute"][k], atol=1e-6), k

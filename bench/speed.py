@@ -1,0 +1,136 @@
+"""Rollout speed: the old `model.generate` path against rollout.py's KV-cached sampling loop.
+
+    python bench/speed.py                      # both models, single- and multi-turn, 3 rounds
+    python bench/speed.py --rounds 5 --models tiny
+
+The old path is rollout.py as of commit OLD (read with `git show`, so this needs the git
+history): every turn one left-padded `generate` over the whole conversation of every live row,
+each prompt prefilled G times, finished rows decoding on until the longest stops. The new path
+is today's rollout.py. Both run the same G rollouts of the shipped world's first --prompts RL
+tasks (data/world/rl.jsonl), answered by the replay simulator (malformed="answer", so a
+malformed call gets an error observation and the trajectory goes on), on one CPU thread, at
+temperature 1, in interleaved rounds; the table shows medians.
+
+Models: random Qwen2s (tiny.build_model) on a tokenizer trained on the world (as `python
+tiny.py` does): "tiny" has the test fixture's shape (tests/helpers.py tiny_model: hidden 32,
+1 layer), "10M" is hidden 256, 12 layers (~10M parameters). A random model rarely stops or
+calls, so both get a fixed bias on the next id given the current one (Caller): eos and
+<tool_call> are likelier everywhere (a turn of ~70 ids on average, a bit over half of them
+calls) and <tool_call> is followed by </tool_call>. Before timing, greedy rollouts of both
+paths are compared id for id: single-turn on the plain random model (a full --max-tokens
+reply), multi-turn on the biased one (greedy, every turn is `<tool_call></tool_call>`,
+answered, until the turn cap).
+"""
+import argparse
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+from transformers import Qwen2ForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import rollout  # noqa: E402
+import tiny  # noqa: E402
+from data import load_sft, load_tasks  # noqa: E402
+from simulator import Simulator  # noqa: E402
+
+OLD = "edf5d2c"  # the last commit with the generate-based rollout.py
+SHAPES = {"tiny": (32, 1, 2), "10M": (256, 12, 8)}  # hidden, layers, heads
+EOS_BIAS, CALL_BIAS, CLOSE_BIAS = 2.5, 2.8, 8.0  # e^2.5 / 2056 ids: eos ~1 in 170 steps; <tool_call> ~1 in 130
+
+
+class Caller(Qwen2ForCausalLM):
+    """A random Qwen2 plus `bias[current id]` on its next-id logits: the same with or without a
+    KV cache, so both paths sample from one policy."""
+
+    scale = 1.0  # 0: the plain random model
+
+    def forward(self, input_ids=None, **kw):
+        out = super().forward(input_ids=input_ids, **kw)
+        out.logits = out.logits + self.scale * self.bias[input_ids[:, -out.logits.shape[1]:]]  # (B, T, V)
+        return out
+
+
+def build(tok, shape):
+    base = tiny.build_model(tok, 0, *SHAPES[shape])
+    model = Caller(base.config)
+    model.load_state_dict(base.state_dict())
+    V = model.config.vocab_size
+    bias = torch.zeros(V, V)                                                    # (V, V)
+    open_, close = tok.convert_tokens_to_ids("<tool_call>"), tok.convert_tokens_to_ids("</tool_call>")
+    bias[:, tok.eos_token_id] = EOS_BIAS
+    bias[:, open_] = CALL_BIAS
+    bias[open_, close] = CLOSE_BIAS
+    model.register_buffer("bias", bias)
+    return model.eval()
+
+
+def old_rollout():
+    """rollout.py at commit OLD, imported from a temporary file."""
+    src = subprocess.run(["git", "show", f"{OLD}:rollout.py"], capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout
+    path = os.path.join(tempfile.mkdtemp(), "rollout_old.py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location("rollout_old", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.rollout
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--prompts", type=int, default=2)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--max-tokens", type=int, default=512, help="response budget per rollout")
+    p.add_argument("--max-turns", type=int, default=4, help="turn cap of the multi-turn workload")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    old = old_rollout()
+    world = load_tasks("data/world/rl.jsonl")
+    tok = tiny.build_tokenizer(tiny.world_texts(world, load_sft("data/world/sft.jsonl")))
+    tasks = [t for t in world[:a.prompts] for _ in range(a.group_size)]
+    sim = Simulator(backend="replay", malformed="answer")
+    paths = {"old": old, "new": rollout.rollout}
+    workloads = {"single-turn": 1, "multi-turn": a.max_turns}
+    rows = []
+    for shape in a.models:
+        model = build(tok, shape)
+        n_params = sum(p.numel() for p in model.parameters()) / 1e6
+        for name, turns in workloads.items():
+            model.scale = 0.0 if turns == 1 else 1.0  # greedy, the biased model makes 2-id turns: check long ones
+            same = [[r.ids for r in f(model, tok, tasks[::a.group_size], sim, temperature=0.0, max_turns=turns,
+                                      max_tokens=a.max_tokens)] for f in paths.values()]
+            model.scale = 1.0
+            times, tokens = {k: [] for k in paths}, {k: [] for k in paths}
+            for rnd in range(a.rounds):
+                for k, f in paths.items():  # interleaved: old, new, old, new, ...
+                    torch.manual_seed(rnd)
+                    t0 = time.perf_counter()
+                    rs = f(model, tok, tasks, sim, temperature=1.0, max_turns=turns, max_tokens=a.max_tokens,
+                           batch_size=len(tasks))
+                    times[k].append(time.perf_counter() - t0)
+                    tokens[k].append(sum(sum(r.mask) for r in rs) / len(rs))
+            t_old, t_new = statistics.median(times["old"]), statistics.median(times["new"])
+            rows.append((shape, f"{n_params:.2f}M", name, len(tasks), f"{t_old:.2f}", f"{t_new:.2f}",
+                         f"{t_old / t_new:.2f}x", f"{statistics.mean(tokens['old']):.0f}",
+                         f"{statistics.mean(tokens['new']):.0f}", "yes" if same[0] == same[1] else "NO"))
+            print(*rows[-1], flush=True)
+    head = ("model", "params", "workload", "rows", "old s", "new s", "speed-up", "old tok/row", "new tok/row",
+            "greedy equal")
+    width = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    print(f"\n{a.prompts} prompts x G={a.group_size}, max_tokens {a.max_tokens}, medians of {a.rounds} rounds, "
+          f"1 thread")
+    for row in (head, *rows):
+        print("  ".join(str(x).rjust(w) for x, w in zip(row, width)))
+
+
+if __name__ == "__main__":
+    main()
