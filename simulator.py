@@ -1,77 +1,188 @@
 """SGLS: the schema-guided LLM simulator that answers the policy's tool calls (SPEC §5).
 
-Tools are never executed. `Simulator.respond(texts, tasks)` takes assistant-turn texts
-(think blocks dropped first, as in rewards.py) and their tasks, parses every `<tool_call>`
-block (segment.parse_block; arguments given as a JSON string are accepted), and returns, per
-text, the calls and one observation per call, in call order. Each call is checked, in order,
-with the released code's strings:
+Tools are never executed. `Simulator.respond(texts, tasks)` takes assistant-turn texts and
+their tasks and returns, per text, `(calls, observations)`: one observation per call, in
+call order. It never raises, whatever the text or the task, and takes linear time in the
+text (< 1 s on 1 MB).
 
-1. malformed call    "Error: " + call.error, e.g. `Error: Invalid tool arguments format - <reason>`
+Parsing (`parse_calls`). Think blocks are dropped first (segment.strip_think, as in
+rewards.py), then every complete `<tool_call>...</tool_call>` body is read (segment.py's
+linear helpers; JSON through segment.loads, bounded). `malformed` picks the parser:
+- "end" (default): the release's Hermes parser (verl tool_parser.py). A body is a JSON
+  object (one call) or a list (a parallel step); a body that is not JSON (or a block never
+  closed) yields no call, and so does an item that is not an object or whose "name" is not
+  a string (an empty name is kept; check 2 rejects it). The arguments are "arguments", or
+  "parameters" when "arguments" is missing or empty, else {}; a JSON string is decoded. A
+  turn with no call at all gets ([], []) and rollout.py ends the trajectory there.
+- "answer" (the project's earlier behaviour): segment.parse_block, where each malformed
+  block or item is a Call with an error, shown as "Error: " + error, and a turn that opens
+  `<tool_call>` but yields no call gets one Call(error=NO_CALL); the trajectory goes on.
+Only the first `max_calls` (20, the release's max_parallel_calls) calls of a turn are kept.
+
+Checks, in order, with the released code's strings; a call that fails one gets
+`call.error` set to its observation:
+1. bad arguments     "Error: " + call.error, e.g. `Error: Invalid tool arguments format - <reason>`
+                     (arguments that are JSON but not an object are an error here; the
+                     release passes them on to the LLM)
 2. unknown tool      `Tool '<name>' not found in the current available tools set.`
 3. missing required  `Tool '<name>' missing required parameters: ['a', 'b']`   (str of a list)
 4. schema violation  `Tool '<name>' arguments do not match its schema: <message> at '<$.path>'`
                      (jsonschema's best_match error, its JSON path). Not in the released code:
-                     `schema_check="light"` stops at 3; a tool schema that is itself invalid
-                     falls back to light, with a warning.
-5. backend failure   `Error when executing tool: <reason>`
+                     `schema_check="light"` stops at 3.
+5. backend failure   `Error when executing tool: <reason>`; the call gets `failed=True` (no answer
+                     came, or none held a result): the observation is not a real tool response.
 
-A turn that opens `<tool_call>` but yields no call (an unterminated block, an empty list)
-gets one malformed Call, observed as "Error: " + NO_CALL. A turn without `<tool_call>` gets
-([], []): the trajectory is done. The tools of a task are `task.tools` (OpenAI list),
-restricted to `task.allowed_tools` when that is non-empty.
+Tool schemas are untrusted data. Each is checked against its metaschema the first time it
+is met; `$ref`s resolve inside the schema only (a `referencing` registry that refuses to
+retrieve: no http fetch, no file read); `pattern` and `patternProperties` match with the
+`regex` module within PATTERN_SECONDS per call (a match still running then counts as a
+pass: no catastrophic backtracking). A schema that is invalid, or fails while validating
+(an unresolvable `$ref`, a `$ref` loop, ...), warns once and is checked light from then on.
+The tools of a task are `task.tools` (OpenAI list), restricted to `task.allowed_tools` when
+that is a non-empty list; malformed entries are skipped.
 
 Backends for the calls that pass the checks:
 - "replay" (offline default): the recorded answer of `task.responses` with the same name and
   canonical arguments, else NO_RESULT.
-- "llm": the frozen LLM (`client`, see llm.py) plays the API server and must answer
-  `<tool_response>{json}</tool_response>`; it sees the tool definition and the call.
-  All valid calls of the batch go out in one `client.complete` (which threads them). The last
-  complete `<tool_response>` body is the answer; a reply without one is asked again
-  (`retries` times); if the last reply is still without one but is itself a JSON object or
-  list, that text is the answer, else error 5.
+- "llm": the frozen LLM (`client`, see llm.py) plays the API server (sampled at 0.6, at most
+  4,096 tokens: the release's). As in the release it gets the call as
+  `<tool_call>[{"name", "parameters", "depend_on": []}]</tool_call>` after the tool's full
+  OpenAI-wrapped definition; every `<` of the call JSON is written `\\u003c` (the same JSON),
+  so the policy's arguments cannot close the block or spell a special token. All valid
+  calls of the batch go out in one `client.complete` (which threads them). The answer is
+  untrusted: the body of its last complete `<tool_response>` (found in linear time); a
+  reply without one is asked again (`retries` times); if the last reply is still without one
+  but is itself a JSON object or list, that text is the answer, else error 5. No answer at
+  all (the client's None, after its own retries) is error 5 at once, not asked again.
 
 `ablate=True` is "w/o SGLS": the LLM without the tool definition, and no checks 2-4.
-Observations longer than `max_chars` are cut in the middle (`truncate`). With `cache_dir`,
-LLM answers are kept in `<cache_dir>/sgls_cache.jsonl`, keyed by (backend, tool name,
-canonical arguments), loaded at start, first answer wins: repeated evaluation is
-deterministic and cheap. The key ignores the tool's description and the sim model, so use
-one directory per tool set and model.
+Observations longer than `max_chars` (2,048) are cut in the middle (`truncate`). With
+`cache_dir`, LLM answers are kept in `<cache_dir>/sgls_cache.jsonl`, keyed by (backend, tool
+name, canonical arguments), loaded at start (torn or invalid lines are skipped, counted and
+warned about), first answer wins: repeated evaluation is deterministic and cheap. The key
+ignores the tool's description and the sim model, so use one directory per tool set and model.
+
+`sim.stats` counts, over the simulator's life: "calls" parsed, "errors" (failed checks 1-4),
+"cached" (answers from the cache), "asked" (calls sent to the LLM), "failed" (error 5),
+"no_reply" (of those, the client gave no answer: a transport failure), "bad_cache_lines".
 
 train.py and eval.py build one from their --sim-* flags. Tests: python -m pytest tests/test_simulator.py -q
 """
 import json
 import os
 import threading
+import time
 import warnings
 
 import jsonschema
+import referencing
+import referencing.exceptions
+import regex  # a dependency of transformers; unlike re, its search takes a timeout
 
-from segment import OPEN, Call, find_blocks, parse_block, strip_think
+from segment import CLOSE, OPEN, Call, find_blocks, loads, parse_block, strip_think
 
 NO_CALL = "Invalid tool call format - no complete call in <tool_call>...</tool_call>"  # shown as "Error: " + NO_CALL
 NO_RESULT = json.dumps({"error": "no_result", "message": "No matching record."})  # replay miss
+FAILED = "Error when executing tool: "  # check 5
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
-MAX_TOKENS = 1024  # per simulated answer; observations are cut to 2,048 characters anyway (SPEC §6)
+MAX_TOKENS = 4096  # per simulated answer: the release's max_new_tokens (toucan_tool_config.yaml)
+MAX_CALLS = 20     # calls answered per turn: the release's max_parallel_calls (train_slca_grpo.sh)
+PATTERN_SECONDS = 0.2  # ours: time for all schema `pattern` matches of one call (catastrophic backtracking)
 
-PROMPT = """You are a backend API server, not an assistant. A client has sent you a function call;
-execute it and reply with the result the real API would return, as JSON.
+PROMPT = """You are a backend API server, not an assistant and not an agent. A client has sent you
+a function call, written as <tool_call>[{{"name": ..., "parameters": {{...}}, "depend_on": []}}]</tool_call>.
+Execute it and reply with the result the real API would return, as JSON.
 
 Reply with exactly one block of this form and nothing else:
 <tool_response>{{"key": "value"}}</tool_response>
 
 Never write prose, explanations, markdown or code fences, and never write <tool_call>: you
-answer calls, you do not make them. Make the result realistic and consistent with the call;
-if the call cannot succeed, return the JSON error the API would return.
+answer calls, you do not make them. Make the result realistic and consistent with the call
+and the tool's definition; if the call cannot succeed, return the JSON error the API would
+return.
 
 Examples:
-call {{"name": "calculator", "arguments": {{"expression": "124 * 5"}}}}
+<tool_call>[{{"name": "calculator", "parameters": {{"expression": "124 * 5"}}, "depend_on": []}}]</tool_call>
 <tool_response>{{"result": 620}}</tool_response>
-call {{"name": "get_weather", "arguments": {{"city": "Seattle"}}}}
+<tool_call>[{{"name": "get_weather", "parameters": {{"city": "Seattle"}}, "depend_on": []}}]</tool_call>
 <tool_response>{{"temperature_c": 12, "condition": "rain"}}</tool_response>
 {definition}
-Incoming call:
+The call to answer:
 {call}"""
 DEFINITION = "\nTool definition:\n{}\n"
+
+
+def _refuse(uri):
+    raise referencing.exceptions.NoSuchResource(ref=uri)
+
+
+NO_REMOTE = referencing.Registry(retrieve=_refuse)  # $refs resolve inside the schema only
+_budget = threading.local()  # .end: when the running call's pattern matches must stop
+
+
+def _search(pattern, text):
+    """regex.search within the call's time budget: True or False, None when out of time."""
+    left = getattr(_budget, "end", 0) - time.monotonic()
+    try:
+        return regex.search(pattern, text, timeout=left) is not None if left > 0 else None
+    except TimeoutError:
+        return None
+
+
+def _pattern(validator, pattern, instance, schema):
+    """jsonschema's `pattern` keyword, time-bounded (a match that runs out of time passes)."""
+    if validator.is_type(instance, "string") and _search(pattern, instance) is False:
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator, patterns, instance, schema):
+    """jsonschema's `patternProperties` keyword, time-bounded (out of time: the key does not match)."""
+    if validator.is_type(instance, "object"):
+        for pattern, subschema in patterns.items():
+            for k, v in instance.items():
+                if _search(pattern, k):
+                    yield from validator.descend(v, subschema, path=k, schema_path=pattern)
+
+
+BOUNDED = {"pattern": _pattern, "patternProperties": _pattern_properties}
+
+
+def parse_calls(text, malformed="end", limit=None):
+    """The first `limit` (all if None) calls of one assistant turn; see the module doc. Never raises."""
+    text = strip_think(text)
+    calls = []
+    for body in find_blocks(text):
+        if limit is not None and len(calls) >= limit:
+            break
+        if malformed == "answer":  # the project's parser: errors become calls
+            calls += parse_block(body, string_args=True)
+            continue
+        try:  # the release's Hermes parser: what does not parse is dropped
+            obj = loads(body)
+        except ValueError:
+            continue
+        items = [obj] if isinstance(obj, dict) else obj if isinstance(obj, list) else []
+        calls += [_call(item) for item in items if isinstance(item, dict) and isinstance(item.get("name"), str)]
+    if malformed == "answer" and not calls and OPEN in text:
+        calls.append(Call(error=NO_CALL))
+    return calls[:limit]
+
+
+def _call(item):
+    """One item of a block as the release reads it (tool_parser.py, then the agent loop's json.loads)."""
+    name = item["name"]
+    args = item.get("arguments") or item.get("parameters")  # the release's rule: empty "arguments" falls through
+    if args is None:
+        args = {}
+    if isinstance(args, str):
+        try:
+            args = loads(args)
+        except ValueError as e:
+            return Call(name, error=f"Invalid tool arguments format - {e}")
+    if not isinstance(args, dict):
+        return Call(name, error=f"Invalid tool arguments format - arguments must be a JSON object, "
+                                f"got {type(args).__name__}")
+    return Call(name, args)
 
 
 def canonical(name, arguments):
@@ -105,52 +216,54 @@ def _json_text(text):
     """`text` stripped if it is a JSON object or list, else ""."""
     text = text.strip()
     try:
-        return text if isinstance(json.loads(text), (dict, list)) else ""
+        return text if isinstance(loads(text), (dict, list)) else ""
     except ValueError:
         return ""
 
 
 class Simulator:
-    """backend "replay" | "llm" (needs `client`); schema_check "full" | "light"; see the module doc."""
+    """backend "replay" | "llm" (needs `client`); schema_check "full" | "light"; malformed
+    "end" | "answer"; see the module doc."""
 
     def __init__(self, backend="replay", client=None, schema_check="full", ablate=False, max_chars=2048,
-                 temperature=0.6, retries=3, cache_dir=None, max_tokens=MAX_TOKENS):
-        assert backend in ("replay", "llm") and schema_check in ("full", "light")
+                 temperature=0.6, retries=3, cache_dir=None, max_tokens=MAX_TOKENS, malformed="end",
+                 max_calls=MAX_CALLS):
+        assert backend in ("replay", "llm") and schema_check in ("full", "light") and malformed in ("end", "answer")
         assert backend == "replay" or client is not None, "the llm backend needs a client (llm.py)"
         self.backend, self.client, self.schema_check, self.ablate = backend, client, schema_check, ablate
         self.max_chars, self.temperature, self.retries, self.max_tokens = max_chars, temperature, retries, max_tokens
+        self.malformed, self.max_calls = malformed, max_calls
+        self.stats = dict.fromkeys(("calls", "errors", "cached", "asked", "failed", "no_reply", "bad_cache_lines"), 0)
         self.cache, self.cache_path, self._lock = {}, None, threading.Lock()
+        self._validators = {}  # schema JSON -> validator, or None for an invalid schema (checked light)
         if cache_dir:
             os.makedirs(cache_dir, exist_ok=True)
             self.cache_path = os.path.join(cache_dir, "sgls_cache.jsonl")
             if os.path.exists(self.cache_path):
-                with open(self.cache_path, encoding="utf-8") as f:
-                    for line in f:
-                        if line.strip():
-                            row = json.loads(line)
-                            self.cache.setdefault(row["key"], row["response"])
+                self._load_cache()
 
     def respond(self, texts, tasks):
         """Per text: (calls, observations), one observation per call, in call order."""
         out, pending = [], []  # pending: (turn index, call index, tool definition, call)
         for t, (text, task) in enumerate(zip(texts, tasks)):
-            text = strip_think(text)
-            calls = [c for body in find_blocks(text) for c in parse_block(body, string_args=True)]
-            if OPEN in text and not calls:
-                calls = [Call(error=NO_CALL)]
+            calls = parse_calls(text, self.malformed, self.max_calls)
             tools = _tools(task)
             obs = []
             for i, call in enumerate(calls):
                 error = self._check(call, tools)
                 obs.append(error)
-                if error is None:
-                    if self.backend == "replay":
-                        obs[i] = _replay(call, task)
-                    else:
-                        pending.append((t, i, tools.get(call.name), call))
+                if error is not None:
+                    call.error = call.error or error
+                elif self.backend == "replay":
+                    obs[i] = _replay(call, task)
+                else:
+                    pending.append((t, i, tools.get(call.name), call))
             out.append((calls, obs))
-        for (t, i, _, _), answer in zip(pending, self._ask([(d, c) for _, _, d, c in pending])):
-            out[t][1][i] = answer
+        answers = self._ask([(d, c) for _, _, d, c in pending])
+        for (t, i, _, call), (answer, failed) in zip(pending, answers):
+            out[t][1][i], call.failed = answer, failed
+        self._count(calls=sum(len(c) for c, _ in out), errors=sum(bool(x.error) for c, _ in out for x in c),
+                    failed=sum(f for _, f in answers))
         return [(calls, [truncate(o, self.max_chars) for o in obs]) for calls, obs in out]
 
     def _check(self, call, tools):
@@ -161,7 +274,7 @@ class Simulator:
             return None
         if call.name not in tools:
             return f"Tool '{call.name}' not found in the current available tools set."
-        schema = tools[call.name].get("parameters")
+        schema = tools[call.name]["function"].get("parameters")
         if not isinstance(schema, dict):
             return None
         required = schema.get("required")
@@ -170,35 +283,114 @@ class Simulator:
         if missing:
             return f"Tool '{call.name}' missing required parameters: {missing}"
         if self.schema_check == "full":
-            return _schema_error(call, schema)
+            return self._schema_error(call, schema)
+        return None
+
+    def _schema_error(self, call, schema):
+        """Check 4: the jsonschema violation as a message, or None (also for an invalid schema)."""
+        try:
+            key = json.dumps(schema, sort_keys=True)
+        except (TypeError, ValueError, RecursionError) as e:
+            return self._invalid(call.name, str(id(schema)), e)
+        if key not in self._validators:
+            try:
+                cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+                cls.check_schema(schema)
+                self._validators[key] = jsonschema.validators.extend(cls, BOUNDED)(schema, registry=NO_REMOTE)
+            except Exception as e:  # any way a schema can be broken: it must not crash a rollout
+                return self._invalid(call.name, key, e)
+        validator = self._validators[key]
+        if validator is None:
+            return None
+        _budget.end = time.monotonic() + PATTERN_SECONDS
+        try:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(call.arguments))
+        except Exception as e:  # an unresolvable $ref, a bad pattern, a $ref loop, ...: only found while validating
+            return self._invalid(call.name, key, e)
+        if error is None:
+            return None
+        return f"Tool '{call.name}' arguments do not match its schema: {error.message} at '{error.json_path}'"
+
+    def _invalid(self, name, key, e):
+        """Mark a schema invalid (checked light from now on), warning the first time; returns None."""
+        with self._lock:
+            first = self._validators.get(key, 0) is not None
+            self._validators[key] = None
+        if first:
+            warnings.warn(f"tool '{name}' has an invalid JSON schema, checked light only: {type(e).__name__}: "
+                          f"{(str(e).splitlines() or [''])[0][:200]}")
         return None
 
     def _ask(self, jobs):
-        """Answer (tool definition, call) jobs with the LLM, cache first; one observation each."""
+        """Answer (tool definition, call) jobs with the LLM, cache first: one (observation, failed) each."""
         backend = "llm-ablate" if self.ablate else "llm"
         keys = [json.dumps([backend, canonical(c.name, c.arguments)]) for _, c in jobs]
         answers = [self.cache.get(k) for k in keys]
-        prompts = [[{"role": "user", "content": PROMPT.format(
-            definition="" if self.ablate else DEFINITION.format(json.dumps(d, indent=2, ensure_ascii=False)),
-            call=json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False))}] for d, c in jobs]
-        replies = [""] * len(jobs)
+        replies = [""] * len(jobs)  # the last reply of each job; None: the client gave no answer
         todo = [j for j, a in enumerate(answers) if a is None]
+        self._count(cached=len(jobs) - len(todo), asked=len(todo))
+        prompts = {j: [{"role": "user", "content": self._prompt(*jobs[j])}] for j in todo}
         for _ in range(1 + self.retries):
             if not todo:
                 break
             for j, reply in zip(todo, self.client.complete([prompts[j] for j in todo], self.temperature,
                                                            self.max_tokens)):
-                replies[j] = reply
-                answers[j] = unwrap(reply or "") or None
-            todo = [j for j in todo if answers[j] is None]
-        for j in range(len(jobs)):
-            if answers[j] is None:
-                answers[j] = _json_text(replies[j] or "") or None
-            if self.cache_path and answers[j] is not None and keys[j] not in self.cache:
-                self._store(keys[j], answers[j])
-        return [a if a is not None else "Error when executing tool: " + (
-            "no reply from the simulator LLM" if replies[j] is None
-            else "the simulator LLM gave no <tool_response>") for j, a in enumerate(answers)]
+                replies[j] = reply if isinstance(reply, str) else None
+                answers[j] = (unwrap(reply) or None) if replies[j] is not None else None
+            todo = [j for j in todo if answers[j] is None and replies[j] is not None]  # no answer is final
+        out = []
+        for j, key in enumerate(keys):
+            if answers[j] is None and replies[j] is not None:
+                answers[j] = _json_text(replies[j]) or None
+            if answers[j] is not None:
+                answers[j] = truncate(answers[j], self.max_chars)
+                if self.cache_path and key not in self.cache:
+                    self._store(key, answers[j])
+                out.append((answers[j], False))
+            else:
+                out.append((FAILED + ("no reply from the simulator LLM" if replies[j] is None
+                                      else "the simulator LLM gave no <tool_response>"), True))
+        self._count(no_reply=sum(r is None for r in replies))
+        return out
+
+    def _prompt(self, definition, call):
+        """The simulator LLM's prompt for one call, in the release's framing."""
+        shown = ""
+        if not self.ablate and definition is not None:
+            try:
+                shown = DEFINITION.format(json.dumps(definition, indent=2, ensure_ascii=False))
+            except (TypeError, ValueError, RecursionError):  # a definition JSON cannot write: ask without it
+                shown = ""
+        request = json.dumps([{"name": call.name, "parameters": call.arguments, "depend_on": []}],
+                             ensure_ascii=False).replace("<", "\\u003c")
+        return PROMPT.format(definition=shown, call=f"{OPEN}{request}{CLOSE}")
+
+    def _count(self, **counts):
+        with self._lock:
+            for k, n in counts.items():
+                self.stats[k] += n
+
+    def _load_cache(self):
+        """Read the cache file; skip (and count) torn or invalid lines; end it with a newline."""
+        bad, last = 0, "\n"
+        with open(self.cache_path, encoding="utf-8", errors="replace") as f:
+            for last in f:
+                if not last.strip():
+                    continue
+                try:
+                    row = loads(last)
+                except ValueError:
+                    row = None
+                if isinstance(row, dict) and isinstance(row.get("key"), str) and isinstance(row.get("response"), str):
+                    self.cache.setdefault(row["key"], row["response"])
+                else:
+                    bad += 1
+        if not last.endswith("\n"):  # a torn last line: the next append must start a line of its own
+            with open(self.cache_path, "a", encoding="utf-8") as f:
+                f.write("\n")
+        if bad:
+            warnings.warn(f"{self.cache_path}: skipped {bad} torn or invalid lines")
+        self.stats["bad_cache_lines"] = bad
 
     def _store(self, key, answer):
         with self._lock, open(self.cache_path, "a", encoding="utf-8") as f:  # one write per line
@@ -207,30 +399,27 @@ class Simulator:
 
 
 def _tools(task):
-    """name -> function definition ({name, description, parameters}) of the task's available tools."""
-    defs = [t.get("function", t) for t in task.tools]
-    allowed = set(task.allowed_tools or [])
-    return {d["name"]: d for d in defs if not allowed or d["name"] in allowed}
+    """name -> OpenAI-wrapped definition {"type": "function", "function": {...}} of the task's
+    available tools; entries without a string name are skipped."""
+    tools, allowed = getattr(task, "tools", None), getattr(task, "allowed_tools", None)
+    allowed = {a for a in allowed if isinstance(a, str)} if isinstance(allowed, list) and allowed else None
+    out = {}
+    for t in tools if isinstance(tools, list) else []:
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str) and (allowed is None or fn["name"] in allowed):
+            out[fn["name"]] = t if fn is not t else {"type": "function", "function": fn}
+    return out
 
 
 def _replay(call, task):
     key = canonical(call.name, call.arguments)
-    for r in task.responses:
-        if canonical(r["name"], r["arguments"]) == key:
-            return r["response"]
+    responses = getattr(task, "responses", None)
+    for r in responses if isinstance(responses, list) else []:
+        if isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("arguments"), dict):
+            try:
+                if canonical(r["name"], r["arguments"]) == key:
+                    response = r.get("response")
+                    return response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
+            except (TypeError, ValueError, RecursionError):  # a recorded row JSON cannot write
+                continue
     return NO_RESULT
-
-
-def _schema_error(call, schema):
-    """Check 4: the jsonschema violation as a message, or None; an invalid schema warns and passes."""
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-        error = jsonschema.exceptions.best_match(cls(schema).iter_errors(call.arguments))
-    except Exception as e:  # a broken tool schema (bad keyword, unresolvable $ref, …) must not crash a rollout
-        warnings.warn(f"tool '{call.name}' has an invalid JSON schema, checked light only: {type(e).__name__}: "
-                      f"{str(e).splitlines()[0]}")
-        return None
-    if error is None:
-        return None
-    return f"Tool '{call.name}' arguments do not match its schema: {error.message} at '{error.json_path}'"
