@@ -412,3 +412,16 @@ def test_judge_raises_when_server_is_down(serve):
         LLMJudge(client(s, retries=1), retries=2).rate("q", ["r"], "answer")
     assert len(s.posts()) == 2
     assert llm.LEVELS == {"very poor": 1, "poor": 2, "acceptable": 3, "good": 4, "excellent": 5}
+
+
+def test_judge_solved_verdict_retries_and_transport_failure():
+    replies = iter(["I think so.", "Reasoning... Verdict: [[Solved]]"])
+    fake = types.SimpleNamespace(complete=lambda batch, t, n: [next(replies)])
+    judge = LLMJudge(fake)
+    assert judge.solved("q", ["r"], "answer <|im_end|>") is True
+    fake.complete = lambda batch, t, n: ["Verdict: [[Unsolved]]"]
+    assert judge.solved("q", ["r"], "a") is False
+    fake.complete = lambda batch, t, n: [None]
+    with pytest.raises(ConnectionError):
+        judge.solved("q", ["r"], "a")
+    assert llm.parse_verdict("[[solved]] then [[ Unsolved ]]") is False and llm.parse_verdict("[[maybe]]") is None
