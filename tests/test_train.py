@@ -256,3 +256,121 @@ def test_old_logprobs_from_sampling_equal_the_recomputed_ones(world):
         finals[how] = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
     for k, v in finals["sample"].items():
         assert torch.allclose(v, finals["recompute"][k], atol=1e-6), k
+
+
+# ---------------------------------------------------------------------------------------------
+# each prompt once per group (train.shared_states) against the full-sequence path
+def grouped_batch(left, prompts=(5, 9, 7), G=3, seed=0):
+    """Groups of G rows sharing a prompt (lengths `prompts`), responses of 2-7 ids, left or right
+    padded; the mask covers the responses and one prompt token of row 0."""
+    g = torch.Generator().manual_seed(seed)
+    V = len(tokenizer())
+    rows = []
+    for p in prompts:
+        prompt = torch.randint(0, V, (p,), generator=g).tolist()
+        rows += [(prompt, torch.randint(0, V, (int(torch.randint(2, 8, (), generator=g)),), generator=g).tolist())
+                 for _ in range(G)]
+    L = max(len(p) + len(r) for p, r in rows)
+    ids, attn, mask = (torch.zeros(len(rows), L, dtype=torch.long) for _ in range(3))
+    for i, (p, r) in enumerate(rows):
+        n = len(p) + len(r)
+        s = L - n if left else 0
+        ids[i, s:s + n], attn[i, s:s + n], mask[i, s + len(p):s + n] = torch.tensor(p + r), 1, 1
+        if i == 0:
+            mask[i, s + 1] = 1
+    return ids, attn, mask, torch.arange(len(rows)) // G
+
+
+@pytest.mark.parametrize("left", [False, True])
+@pytest.mark.parametrize("ckpt", [False, True])
+def test_shared_prompt_logprobs_and_gradients_equal_the_full_pass(left, ckpt):
+    import tiny
+    ids, attn, mask, groups = grouped_batch(left)
+    w = torch.randn(ids.shape, generator=torch.Generator().manual_seed(1))      # a loss that weighs every token
+    got = {}
+    for how, kw in {"full": {}, "shared": {"groups": groups}, "shared, 2 rows a pass": {"groups": groups, "rows": 2}}.items():
+        model = tiny.build_model(tokenizer(), 0, 32, 2, 2).train()
+        if ckpt:
+            model.activation_checkpointing_enable()
+        lp = train.token_logprobs(model, ids, attn, mask, chunk=5, **kw)
+        (lp * w).sum().backward()
+        got[how] = lp.detach(), torch.cat([p.grad.flatten() for p in model.parameters()])
+    lp0, g0 = got.pop("full")
+    assert (lp0 != 0).sum() == mask[:, 1:].sum()
+    for how, (lp, g) in got.items():
+        assert (lp - lp0).abs().max() < 1e-5, how
+        assert (g - g0).norm() / g0.norm() < 1e-5, how
+
+
+def test_each_prompt_runs_once_per_group():
+    model = tiny_model()
+    ids, attn, mask, groups = grouped_batch(False)
+    seen = []
+    model.model.embed_tokens.register_forward_hook(lambda m, x, y: seen.append(tuple(x[0].shape)))
+    with torch.no_grad():
+        train.token_logprobs(model, ids, attn, mask, groups=groups, rows=4)
+    assert seen[0] == (3, 9)                     # one row per group, as long as the longest prompt
+    own = (attn.sum(1) - torch.tensor([5, 9, 7]).repeat_interleave(3)).tolist()   # each row's response
+    chunks = train.length_chunks(own, 4)
+    assert seen[1:] == [(len(c), own[c[0]]) for c in chunks]                        # then the responses by length
+    assert sorted(r for c in chunks for r in c) == list(range(9))
+    seen.clear()
+    ids[1, 0] += 1                               # row 1 shares no token with its group: every row runs whole
+    with torch.no_grad():
+        train.token_logprobs(model, ids, attn, mask, groups=groups)
+    assert seen == [tuple(ids.shape)]
+
+
+def test_length_chunks_cap_rows_and_padding():
+    assert train.length_chunks([256] * 10, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    # 74 < 0.75 · 100 starts a new pass: no row is padded by more than a quarter
+    assert train.length_chunks([10, 100, 80, 76, 74, 5, 600, 450, 460], None) == [[6, 8, 7], [1, 2, 3], [4], [0], [5]]
+
+
+def test_micro_batches_hold_whole_groups():
+    batch = {"attention_mask": torch.ones(12, 3, dtype=torch.long)}
+    cut = lambda size, group: [rows for rows, _ in train.micro_batches(batch, list(range(12)), size, group)]  # noqa: E731
+    assert cut(8, 4) == [[0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11]]
+    assert cut(6, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert cut(3, 4) == [[0, 1, 2], [3], [4, 5, 6], [7], [8, 9, 10], [11]]   # a group larger than a micro-batch
+    assert cut(5, 1) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]
+
+
+@pytest.mark.slow
+def test_fsdp_update_with_shared_prompts_equals_one_process(tmp_path):
+    """tests/dist_update.py's batch, but the G rows of a prompt share its first 5 ids, so the
+    shared path runs under FSDP2 (two forwards, one backward per micro-batch)."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = tmp_path / "shared_update.py"
+    script.write_text(
+        "import sys, torch, dist_update\n"
+        "real = torch.randint\n"
+        "def randint(lo, hi, size, **kw):  # the ids: each group's rows share their first 5\n"
+        "    x = real(lo, hi, size, **kw)\n"
+        "    if len(size) == 2 and size[1] == dist_update.L:\n"
+        "        x.view(-1, dist_update.G, dist_update.L)[:, 1:, :5] = x.view(-1, dist_update.G, dist_update.L)[:, :1, :5]\n"
+        "    return x\n"
+        "torch.randint = randint\n"
+        "if __name__ == '__main__':\n"
+        "    import train\n"
+        "    a = train.get_args(['--data', 'data/world/rl.jsonl', '--device', 'cpu'])\n"
+        "    rank, world = train.setup_dist(a)\n"
+        "    out = dist_update.update('token-mean', rank, world) if world > 1 else dist_update.update('token-mean')\n"
+        "    if rank == 0:\n"
+        "        torch.save(out, sys.argv[1])\n"
+        "    if world > 1:\n"
+        "        torch.distributed.destroy_process_group()\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([root, os.path.join(root, "tests")])}
+    runs = {}
+    for n in (1, 2):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n), "--master_port", "0",
+               "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:0", str(script), str(tmp_path / f"{n}.pt")]
+        p = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        runs[n] = torch.load(tmp_path / f"{n}.pt")
+    (one, loss1, norm1), (two, loss2, norm2) = runs[1], runs[2]
+    assert abs(loss1 - loss2) < 1e-5 and abs(norm1 - norm2) < 1e-4
+    for k, v in one.items():
+        assert torch.allclose(v, two[k], atol=2e-6, rtol=1e-5), k
