@@ -43,7 +43,9 @@ final/ (a Hugging Face folder). A rerun never truncates an earlier run's files: 
 --out needs --resume (continue; logs are appended, so steps after the last checkpoint appear
 twice and the later line wins) or --overwrite (start afresh).
 Log-probs are computed on response tokens only, in chunks, so the full-vocabulary logits
-never exist for the whole batch at once.
+never exist for the whole batch at once. The G rollouts of a prompt compute it once in every
+log-prob pass (its keys and values are reused for each response), under gradient
+checkpointing and FSDP2 too.
 """
 import argparse
 import json
