@@ -58,6 +58,7 @@ gold calls for the matching): a megabyte scores in well under a second.
 """
 import json
 import math
+import random
 import re
 from collections import Counter
 
@@ -331,3 +332,24 @@ def _states(text, numbers, fact):
     except ValueError:
         return False
     return any(math.isclose(x, n, rel_tol=1e-6, abs_tol=1e-9) for n in numbers)
+
+
+class NoisyJudge:
+    """The judge-noise control (train.py --judge-noise P): with probability `p` the rating of
+    `judge` is replaced by a level drawn uniformly from 1..5 (the judge is then not asked).
+
+    Noise on R_sum is what SLCA is built to contain: under GRPO it reaches the tool tokens
+    through the shared advantage, under SLCA only the summary tokens. The draws are a pure
+    function of (seed, question, tool responses, response), so a run is reproducible even
+    though rewards.score is called from several threads in any order.
+    """
+
+    def __init__(self, judge, p, seed=0):
+        assert 0.0 <= p <= 1.0, "the noise probability must be in [0, 1]"
+        self.judge, self.p, self.seed = judge, p, seed
+
+    def rate(self, question, tool_responses, response, facts=None):
+        r = random.Random(json.dumps([self.seed, question, list(tool_responses), response]))
+        if r.random() < self.p:
+            return r.randint(1, 5)
+        return self.judge.rate(question, tool_responses, response, facts)

@@ -222,7 +222,7 @@ def test_generator_is_deterministic_for_a_seed(tmp_path, monkeypatch):
     a, b, c = run(0, tmp_path / "a"), run(0, tmp_path / "b"), run(1, tmp_path / "c")
     assert a == b
     assert all(a[f] != c[f] for f in a)  # the seed matters
-    assert len(load_sft(tmp_path / "a" / "sft.jsonl")) == 60 and len(load_tasks(tmp_path / "a" / "rl.jsonl")) == 30
+    assert len(load_sft(tmp_path / "a" / "sft.jsonl")) == 60 and len(load_tasks(tmp_path / "a" / "rl.jsonl")) == 18
 
 
 def test_shipped_files_are_the_generator_output(tmp_path, monkeypatch):
@@ -237,20 +237,20 @@ def world():
 
 
 def test_shipped_world_sizes_and_types(world):
-    assert len(world["sft"]) >= 1800 and len(world["rl"]) >= 900 and len(world["eval"]) >= 180
+    assert [len(world[n]) for n in ("sft", "rl", "eval")] == [make_world.SIZES[n] for n in ("sft", "rl", "eval")]
     for name in ("rl", "eval"):
         counts = collections.Counter(t.parallel_type for t in world[name])
         assert set(counts) == set(PARALLEL_TYPES), name
         assert 0.04 < counts["irrelevant"] / len(world[name]) < 0.16
     sizes = sum((WORLD / f"{n}.jsonl").stat().st_size for n in ("sft", "rl", "eval"))
-    assert sizes < 16e6  # small enough to commit
+    assert sizes < 10e6  # small enough to commit
 
 
 def test_shipped_tasks_are_consistent(world):
     schemas = {}
     for t in world["rl"] + world["eval"]:
         names = [x["function"]["name"] for x in t.tools]
-        assert 3 <= len(names) <= 4 and t.allowed_tools == names
+        assert len(names) == 4 and t.allowed_tools == names
         assert "<tools>" in t.messages[0]["content"] and t.messages[-1] == {"role": "user", "content": t.question}
         assert t.parallel_type == parallel_type_of(t.gold)
         assert (t.subset == "irrelevant") == (t.parallel_type == "irrelevant") == (not t.gold) == (not t.facts)
@@ -264,7 +264,10 @@ def test_shipped_tasks_are_consistent(world):
         # every gold call has exactly one recorded response, in gold order
         assert [(r["name"], r["arguments"]) for r in t.responses] == [(c["name"], c["arguments"]) for c in calls]
         assert all(isinstance(json.loads(r["response"]), dict) for r in t.responses)
-    assert len(schemas) >= 12
+        # the summary's facts are values the tool results state
+        said = " ".join(r["response"] for r in t.responses)
+        assert all(f in said for f in t.facts), t.question
+    assert len(schemas) == 16
 
 
 def _scalars(x):
@@ -287,7 +290,7 @@ def test_later_steps_use_earlier_results(world):
         later = _scalars([c["arguments"] for step in t.gold[1:] for c in step])
         assert any(v in returned and str(v) not in t.question for v in later), t.question
         n += 1
-    assert n > 500
+    assert n > 250
 
 
 def test_sft_trajectories_follow_the_format(world):
@@ -307,47 +310,62 @@ def test_summaries_state_every_fact():
     """Each generated answer states all its reference facts (the offline judge rates it 5)."""
     w, r, judge = make_world.World(3), __import__("random").Random(3), FactsJudge()
     for kind, (ptype, *_rest) in make_world.KINDS.items():
-        for split in ("train", "eval"):
-            for _ in range(5):
-                ex = make_world.make_example(w, r, split, kind)
-                if ptype == "irrelevant":
-                    assert ex["facts"] == [] and ex["steps"] == []
-                    continue
-                assert ex["facts"] and judge.rate(ex["question"], ["x"], ex["answer"], ex["facts"]) == 5, kind
-                wrong = judge.rate(ex["question"], ["x"], "I could not find anything useful.", ex["facts"])
-                assert wrong == 1
+        for _ in range(5):
+            ex = make_world.make_example(w, r, kind)
+            if ptype == "irrelevant":
+                assert ex["facts"] == [] and ex["steps"] == []
+                continue
+            assert ex["facts"] and judge.rate(ex["question"], ["x"], ex["answer"], ex["facts"]) == 5, kind
+            wrong = judge.rate(ex["question"], ["x"], "I could not find anything useful.", ex["facts"])
+            assert wrong == 1
 
 
-def _entities(pool):
-    names = pool.cities + [c for pair in pool.companies for c in pair] + pool.products + pool.coupons + pool.words
-    return sorted(names, key=len, reverse=True)  # longest first, for masking
+def test_eval_holds_out_combinations_never_questions(world):
+    """Eval asks only about (kind, entities) combos that training never asks about, and no
+    eval question occurs in training; every entity and kind of eval is one that training
+    covers (closed vocabularies: eval tests new combinations, not unseen strings)."""
+    rows = {n: [json.loads(x) for x in (WORLD / f"{n}.jsonl").read_text().splitlines()] for n in ("rl", "eval")}
+    combos = {n: {r["extra_info"]["combo"] for r in rows[n]} for n in rows}
+    assert not combos["rl"] & combos["eval"] and len(combos["eval"]) >= 60
+    train_q = {c[1]["content"] for c in world["sft"]} | {t.question for t in world["rl"]}
+    assert not train_q & {t.question for t in world["eval"]}
+    # SFT rows carry no combo: regenerate a slice of the examples behind the files
+    ex = make_world.examples(0, 0.1)
+    assert not {e["combo"] for e in ex["sft"] + ex["rl"]} & {e["combo"] for e in ex["eval"]}
+    assert all(make_world.is_eval(0, e["combo"]) == (name == "eval") for name in ex for e in ex[name])
+    # closed vocabularies: each entity an eval question names, training names as well
+    train_text = " ".join(sorted(train_q))
+    named = {e for c in combos["eval"] for e in c.split("|")[1:] if e in make_world.ENTITIES}
+    assert named and all(e in train_text for e in named)
+    assert {r["extra_info"]["kind"] for r in rows["eval"]} <= {r["extra_info"]["kind"] for r in rows["rl"]}
 
 
-def test_eval_is_disjoint_from_train(world):
-    train_e, eval_e = _entities(make_world.POOLS["train"]), _entities(make_world.POOLS["eval"])
-    assert not set(train_e) & set(eval_e)
-    train_text = [c[1]["content"] for c in world["sft"]] + [t.question + json.dumps(t.gold) for t in world["rl"]]
-    eval_text = [t.question + json.dumps(t.gold) for t in world["eval"]]
-
-    def mentions(texts, names):
-        rx = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b", re.IGNORECASE)
-        return {m for x in texts for m in rx.findall(x)}
-    assert mentions(eval_text, train_e) == set()
-    assert mentions(train_text, eval_e) == set()
-    assert len(mentions(eval_text, eval_e)) >= 10  # the check above can see entities at all
-
-    rx = re.compile(r"\b(" + "|".join(map(re.escape, train_e + eval_e)) + r")\b", re.IGNORECASE)
-
-    def skeleton(q):  # the question with entities and numbers masked: its paraphrase template
-        return re.sub(r"\d+(-\d+)*", "<n>", rx.sub("<e>", q))
-    train_sk = {skeleton(c[1]["content"]) for c in world["sft"]} | {skeleton(t.question) for t in world["rl"]}
-    eval_sk = {skeleton(t.question) for t in world["eval"]}
-    assert len(eval_sk) >= 20 and not train_sk & eval_sk
-
-
-def test_train_questions_are_distinct(world):
+def test_train_questions_mostly_distinct(world):
     qs = [c[1]["content"] for c in world["sft"]] + [t.question for t in world["rl"]]
-    assert len(set(qs)) == len(qs)
+    assert len(set(qs)) > 0.7 * len(qs)
+
+
+def test_demo_tokenizer_copies_ids_and_loads_as_built(world, tmp_path):
+    """tiny.py's tokenizer on the shipped world: each offered tool is one token, a name has
+    one id in the question, the call and the tool response, and the folder train.py loads
+    (AutoTokenizer gives Qwen2Tokenizer, which swaps in Qwen2.5's split) encodes as built."""
+    import tiny
+    from transformers import AutoTokenizer
+    tasks, convs = world["rl"][:100], world["sft"][:100]
+    tiny.build(tmp_path, tiny.world_texts(tasks, convs), 0, 32, 1, 2)
+    built, loaded = tiny.build_tokenizer(tiny.world_texts(tasks, convs)), AutoTokenizer.from_pretrained(tmp_path)
+    for chat in convs[:20]:
+        text = built.apply_chat_template(chat, tokenize=False)
+        assert loaded(text)["input_ids"] == built(text)["input_ids"]
+    system = convs[0][0]["content"]
+    n_tools = system.count('{"type": "function"')
+    assert len(built(system)["input_ids"]) < 80 and n_tools == 4
+    ids = built(convs[0][0]["content"])["input_ids"]
+    assert sum(len(built.decode([i])) > 100 for i in ids) == n_tools + 2  # and TOOLS_HEAD, TOOLS_TAIL
+    paris = built("Paris")["input_ids"]
+    assert len(paris) == 1
+    for text in ("the weather in Paris?", '{"city": "Paris"}', '{"city":"Paris","temp":3}'):
+        assert paris[0] in built(text)["input_ids"], text
 
 
 def test_system_prompt_is_qwen_hermes_form():

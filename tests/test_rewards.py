@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from release_reward import PARTS, release_parts
-from rewards import (MAX_JUDGE_CHARS, FactsJudge, loose_equal, normalize_gold, predicted_calls, process_score, score,
+from rewards import (MAX_JUDGE_CHARS, FactsJudge, NoisyJudge, loose_equal, normalize_gold, predicted_calls, process_score, score,
                      summary_score)
 from test_segment import FUZZ, MB, SOUP, fast
 
@@ -406,3 +406,26 @@ def test_rewards_fuzz(b):
     assert -0.5 <= out["score"] <= 2.0
     assert all(0.0 <= out[k] <= 1.0 for k in ("process", "summary", "r_action", "r_succ", "r_tool"))
     assert out["judge_failed"] in (0.0, 1.0) and out["omission"] in (0.0, 1.0)
+
+
+def test_noisy_judge_replaces_a_share_p_of_ratings_uniformly():
+    base = FixedJudge(4)
+    rate = lambda j, i: j.rate("q?", ["obs"], f"answer {i}", ["f"])  # noqa: E731
+    assert [rate(NoisyJudge(base, 0.0, seed=1), i) for i in range(50)] == [4] * 50 and base.calls == 50
+    base.calls = 0
+    noisy = [rate(NoisyJudge(base, 1.0, seed=1), i) for i in range(5000)]
+    assert base.calls == 0 and set(noisy) == {1, 2, 3, 4, 5}
+    assert all(abs(noisy.count(k) / 5000 - 0.2) < 0.03 for k in range(1, 6))  # uniform
+    half = [rate(NoisyJudge(base, 0.5, seed=1), i) for i in range(4000)]
+    assert abs(base.calls / 4000 - 0.5) < 0.04  # the judge was asked for about half
+    assert abs(half.count(4) / 4000 - (0.5 + 0.5 / 5)) < 0.04
+    # reproducible for a seed, whatever the call order; another seed draws other noise
+    again = NoisyJudge(base, 1.0, seed=1)
+    assert [rate(again, i) for i in reversed(range(5000))] == noisy[::-1]
+    assert [rate(NoisyJudge(base, 1.0, seed=2), i) for i in range(5000)] != noisy
+    # through score: S_sum = (r - 1) / 4 of the noisy level; gating still comes first
+    t = task([[call("f", x=1)]], facts=["42"])
+    out = score(block(call("f", x=1)) + "It is 42 here.", "It is 42 here.", ["{}"], t, NoisyJudge(FixedJudge(5), 1.0))
+    assert out["summary"] in {0.0, 0.25, 0.5, 0.75, 1.0}
+    assert score(block(call("f", x=1)) + "It is 42 here.", "It is 42 here.", [], t,
+                 NoisyJudge(FixedJudge(5), 1.0))["summary"] == 0.0

@@ -1,0 +1,252 @@
+"""The paper's comparison at CPU scale, and the judge-noise sweep, on the embedded demo.
+
+    python reproduce.py                        # SLCA, GRPO, ToolPO, w/o HierR, w/o SGLS; seeds 0 1 2
+    python reproduce.py --noise 0 0.3 0.6      # SLCA and GRPO at each judge-noise level; seeds 0 1 2
+    python reproduce.py --size toy             # the same on a toy size, in seconds (tests/test_reproduce.py)
+    python reproduce.py -- --steps 12          # flags after -- go to every train.py run
+
+Per seed, one SFT start: `train.py --steps 0 --eval-data ''` builds the tiny model and runs the
+warm start of the demo preset (train.TINY), saving it in <out>/sft-s<seed>/sft. Every RL run
+of that seed then starts from that folder: `train.py --model <sft folder> --sft-data ''` with
+every other setting of the demo preset written out as a flag (naming a --model would
+otherwise switch train.py to the paper's preset), so all algorithms get the same steps,
+prompts, group size, learning rate and budgets, and train.py's own "before RL" and "after RL"
+evals on the held-out split are the ones compared. The KL reference is the SFT start, as in
+`python train.py`, and RL draws the same random numbers after a loaded SFT as after an
+in-process one, so the slca run of seed s is the demo `python train.py --seed s`.
+
+Runs (in-process, one after the other) go to <out>/<name>-s<seed>/; a run whose final/
+folder exists is kept, so an interrupted reproduce.py continues where it stopped (delete a
+run folder to redo it). Outputs in <out>:
+
+    table.md       mean ± std over seeds of the held-out metrics (Success@0.9 as the paper
+                   defines it, S_process >= 0.9, and as the released code logs it, Name F1,
+                   ArgMatch, Process, tool turns) per algorithm, the SFT start first, then the
+                   per-seed numbers, the training sign-conflict rate and gradient cosine
+    curves.png     training-rollout Success@0.9 and tool turns against RL step per algorithm:
+                   mean over seeds, min-max shaded; markers: the held-out eval before and after RL
+    results.json   every number above
+    noise.png      (--noise) held-out Process, Name F1 and Success@0.9 against the noise p
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+ALGOS = {  # name -> train.py flags (SPEC §7 ablations)
+    "slca": ["--algo", "slca"],
+    "grpo": ["--algo", "grpo"],                     # w/o SLCA
+    "toolpo": ["--algo", "toolpo"],                 # the release's additive baseline
+    "no-hierr": ["--algo", "slca", "--no-hierr"],   # w/o HierR: all process weights 0
+    "no-sgls": ["--algo", "slca", "--no-sgls"],     # w/o SGLS: no tool definition, no checks 2-4
+}
+NOISE_ALGOS = ["slca", "grpo"]
+# a toy size for the smoke test: seconds per run
+TOY = ["--tiny-size", "32", "1", "2", "--sft-limit", "16", "--sft-epochs", "1", "--sft-batch", "8", "--steps", "2",
+       "--group-size", "2", "--prompts-per-step", "2", "--mini-batch", "1", "--max-tokens", "40", "--max-turns", "2",
+       "--eval-limit", "4"]
+METRICS = [("success", "Success@0.9"), ("success_code", "Success@0.9(code)"), ("name_f1", "NameF1"),
+           ("arg_match", "ArgMatch"), ("process", "Process"), ("tool_turns", "ToolTurns")]
+
+
+def run_train(argv, out):
+    """train.py with `argv` into `out`, unless `out` already holds a finished run."""
+    import train
+    if os.path.isdir(os.path.join(out, "final")):
+        print(f"kept {out} (finished earlier)")
+        return
+    t = time.time()
+    print(f"\n=== train.py {' '.join(argv)}", flush=True)
+    train.main(argv + ["--out", out, "--overwrite", "--show", "0"])
+    print(f"=== {out}: {time.time() - t:.0f}s", flush=True)
+
+
+def preset_flags(extra):
+    """The demo preset (train.TINY) as explicit flags, then `extra`."""
+    import train
+    flags = []
+    for k, v in train.TINY.items():
+        name = "--" + k.replace("_", "-")
+        if k == "grad_ckpt":
+            flags.append(name if v else "--no-grad-ckpt")
+        elif v is not None:
+            flags += [name, str(v)]
+    return flags + extra
+
+
+def read(path):
+    from eval import read_jsonl
+    return read_jsonl(path)
+
+
+def evals(run):
+    """{label: overall metrics} of a run's eval.jsonl (the later line wins)."""
+    return {e["label"]: e["all"] for e in read(os.path.join(run, "eval.jsonl")) if "all" in e}
+
+
+def curves(run):
+    """Per RL step: training-rollout Success@0.9, tool turns, sign conflict, grad cosine."""
+    metrics = {m["step"]: m for m in read(os.path.join(run, "metrics.jsonl"))
+               if "step" in m and m.get("stage") != "sft"}
+    by_step = {}
+    for r in read(os.path.join(run, "rollouts.jsonl")):
+        by_step.setdefault(r["step"], []).append(r["process"] >= 0.9)
+    return [{"step": s, "success": sum(by_step.get(s, [])) / max(1, len(by_step.get(s, []))),
+             "tool_turns": m["tool_turns"], "sign_conflict": m["sign_conflict"], "grad_cosine": m.get("grad_cosine")}
+            for s, m in sorted(metrics.items())]
+
+
+def mean_std(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None, None
+    return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def fmt(xs, digits=3):
+    m, s = mean_std(xs)
+    return "-" if m is None else f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+def summarize(runs):
+    """runs: {(name, seed): folder} -> {name: {"before"/"after": {metric: [per seed]}, "curve": ...}}."""
+    out = {}
+    for (name, seed), folder in runs.items():
+        e, c = evals(folder), curves(folder)
+        row = out.setdefault(name, {"before": {}, "after": {}, "seeds": [], "sign_conflict": [], "grad_cosine": [],
+                                    "curves": []})
+        row["seeds"].append(seed)
+        for label, key in (("before RL", "before"), ("after RL", "after")):
+            for k, _ in METRICS:
+                row[key].setdefault(k, []).append(e.get(label, {}).get(k))
+        row["sign_conflict"].append(mean_std([x["sign_conflict"] for x in c])[0])
+        row["grad_cosine"].append(mean_std([x["grad_cosine"] for x in c])[0])
+        row["curves"].append(c)
+    return out
+
+
+def table(res):
+    """The mean ± std table (markdown) with the per-seed numbers below it."""
+    head = "| run | " + " | ".join(t for _, t in METRICS) + " | sign conflict | grad cosine |"
+    lines = [head, "|" + "---|" * (len(METRICS) + 3)]
+    first = next(iter(res.values()))
+    lines.append("| SFT start | " + " | ".join(fmt(first["before"][k]) for k, _ in METRICS) + " | | |")
+    for name, r in res.items():
+        lines.append(f"| {name} | " + " | ".join(fmt(r["after"][k]) for k, _ in METRICS)
+                     + f" | {fmt(r['sign_conflict'])} | {fmt(r['grad_cosine'])} |")
+    lines += ["", "Per seed, Success@0.9 (S_process >= 0.9) before -> after RL:", ""]
+    for name, r in res.items():
+        pairs = zip(r["seeds"], r["before"]["success"], r["after"]["success"])
+        lines.append(f"- {name}: " + ", ".join(f"seed {s}: {b:.3f} -> {a:.3f}" for s, b, a in pairs
+                                               if a is not None and b is not None))
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(res, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib: skipping", path)
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for i, (name, r) in enumerate(res.items()):
+        for ax, key in zip(axes, ("success", "tool_turns")):
+            steps = sorted({p["step"] for c in r["curves"] for p in c})
+            ys = [[p[key] for c in r["curves"] for p in c if p["step"] == s] for s in steps]
+            if not steps:
+                continue
+            ax.plot(steps, [statistics.fmean(y) for y in ys], color=f"C{i}", label=f"{name} (n={len(r['curves'])})")
+            ax.fill_between(steps, [min(y) for y in ys], [max(y) for y in ys], color=f"C{i}", alpha=0.2)
+            ends = [mean_std(r[k][key])[0] for k in ("before", "after")]
+            if None not in ends:  # the held-out evals, greedy, before and after RL
+                ax.plot([steps[0], steps[-1] + 1], ends, "o--", color=f"C{i}", label=f"{name} held-out eval")
+    axes[0].set(title="Training rollouts: Success@0.9 (S_process >= 0.9)", xlabel="RL step", ylim=(-0.02, 1.02))
+    axes[1].set(title="Training rollouts: tool-calling turns", xlabel="RL step")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_noise(res, levels, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib: skipping", path)
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for ax, (key, title) in zip(axes, [("process", "Process"), ("name_f1", "Name F1"), ("success", "Success@0.9")]):
+        for i, algo in enumerate(NOISE_ALGOS):
+            ms = [mean_std(res[f"{algo}@{p}"]["after"][key]) for p in levels]
+            ax.errorbar(levels, [m for m, _ in ms], yerr=[s for _, s in ms], marker="o", capsize=3,
+                        color=f"C{i}", label=algo)
+        start = mean_std(next(iter(res.values()))["before"][key])[0]
+        ax.axhline(start, color="gray", linestyle=":", label="SFT start")
+        ax.set(title=f"held-out {title} after RL", xlabel="judge noise p")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--algos", nargs="+", choices=list(ALGOS), default=list(ALGOS))
+    p.add_argument("--noise", type=float, nargs="+", default=None,
+                   help="judge-noise levels: run SLCA and GRPO (with --grad-cosine) at each instead of --algos")
+    p.add_argument("--size", choices=["demo", "toy"], default="demo",
+                   help="toy: a few seconds per run (the smoke test)")
+    p.add_argument("--out", default=None, help="default: runs/reproduce (runs/noise with --noise)")
+    a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    out = a.out or ("runs/noise" if a.noise else "runs/reproduce")
+    os.makedirs(out, exist_ok=True)
+    extra = (TOY if a.size == "toy" else []) + extra
+    t0 = time.time()
+
+    if a.noise:
+        plan = [(f"{algo}@{p}", ALGOS[algo] + ["--judge-noise", str(p), "--grad-cosine"])
+                for p in a.noise for algo in NOISE_ALGOS]
+    else:
+        plan = [(name, ALGOS[name]) for name in a.algos]
+    runs = {}
+    for seed in a.seeds:
+        start = os.path.join(out, f"sft-s{seed}")
+        run_train(["--seed", str(seed)] + extra + ["--steps", "0", "--eval-data", ""], start)
+        for name, flags in plan:
+            folder = os.path.join(out, f"{name}-s{seed}")
+            run_train(["--model", os.path.join(start, "sft"), "--seed", str(seed)] + preset_flags(extra) + flags
+                      + ["--sft-data", ""], folder)
+            runs[(name, seed)] = folder
+
+    res = summarize(runs)
+    text = table(res)
+    wall = time.time() - t0
+    header = (f"# reproduce.py {' '.join(argv)}\n\nseeds {a.seeds}, wall time {wall:.0f}s "
+              f"({os.environ.get('OMP_NUM_THREADS', 'default')} threads); held-out eval split, greedy.\n\n")
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write(header + text)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "wall_s": wall, "results": res}, f, indent=1)
+    plot_curves(res, os.path.join(out, "curves.png"))
+    if a.noise:
+        plot_noise(res, a.noise, os.path.join(out, "noise.png"))
+    print("\n" + header + text)
+    print(f"wall time {wall:.0f}s; outputs in {out}/ (table.md, results.json, curves.png"
+          f"{', noise.png' if a.noise else ''})")
+    return res
+
+
+if __name__ == "__main__":
+    main()
