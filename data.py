@@ -81,7 +81,7 @@ from itertools import groupby
 from pathlib import Path
 
 from rewards import normalize_gold
-from segment import MAX_JSON_CHARS, MAX_JSON_DEPTH, loads
+from segment import MAX_JSON_CHARS, MAX_JSON_DEPTH, loads, structure
 
 PARALLEL_TYPES = ("single_step_single_tool", "single_step_parallel", "multi_step_all_serial",
                   "multi_step_has_parallel", "multi_step_all_parallel", "irrelevant")
@@ -281,33 +281,19 @@ def _array_rows(path, text):
             return loads(text, max_chars=len(text), max_depth=MAX_JSON_DEPTH + 1)
         except ValueError:
             pass
-    items, depth, in_str, esc, start = [], 0, False, False, None
-    for i, ch in enumerate(text):
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            if depth == 1:
-                start = i + 1
-        elif ch in "]}" or (ch == "," and depth == 1):
-            if depth == 1:  # the end of an item
-                items.append(text[start:i])
-                start = i + 1
-            if ch != ",":
-                depth -= 1
-            if depth == 0:
-                if text[i + 1:].strip():
-                    raise DataError(f"{path}: text after the JSON array's closing bracket")
-                if len(items) == 1 and not items[0].strip(JSON_SPACE):  # "[]"
-                    items = []
-                return [_row(item) for item in items]
+    items, start = [], None
+    for i, ch, depth in structure(text):
+        if ch in "[{" and depth == 1:
+            start = i + 1
+        elif (ch in "]}" and depth == 0) or (ch == "," and depth == 1):  # the end of an item
+            items.append(text[start:i])
+            start = i + 1
+        if ch in "]}" and depth == 0:
+            if text[i + 1:].strip():
+                raise DataError(f"{path}: text after the JSON array's closing bracket")
+            if len(items) == 1 and not items[0].strip(JSON_SPACE):  # "[]"
+                items = []
+            return [_row(item) for item in items]
     raise DataError(f"{path}: the JSON array is never closed (after {len(items)} rows)")
 
 

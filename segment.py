@@ -52,9 +52,21 @@ def loads(text, max_chars=MAX_JSON_CHARS, max_depth=MAX_JSON_DEPTH):
         raise ValueError(f"JSON text of {len(text)} characters exceeds the limit of {max_chars}")
     if isinstance(text, (bytes, bytearray)):
         text = text.decode("utf-8", errors="replace")
-    depth, in_str, esc = 0, False, False
     deep = text.count("[") + text.count("{") > max_depth  # else it cannot nest deeper: skip the slow scan
-    for ch in text if deep else "":
+    for _, _, depth in structure(text) if deep else ():
+        if depth > max_depth:
+            raise ValueError(f"JSON nested deeper than {max_depth} levels")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError; so is a huge int
+        raise ValueError(str(e)[:200]) from None
+
+
+def structure(text):
+    """(index, char, depth after it) for each bracket and comma of `text` outside JSON
+    strings, in one linear scan."""
+    depth, in_str, esc = 0, False, False
+    for i, ch in enumerate(text):
         if in_str:
             if esc:
                 esc = False
@@ -66,14 +78,12 @@ def loads(text, max_chars=MAX_JSON_CHARS, max_depth=MAX_JSON_DEPTH):
             in_str = True
         elif ch in "[{":
             depth += 1
-            if depth > max_depth:
-                raise ValueError(f"JSON nested deeper than {max_depth} levels")
+            yield i, ch, depth
         elif ch in "]}":
             depth -= 1
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError; so is a huge int
-        raise ValueError(str(e)[:200]) from None
+            yield i, ch, depth
+        elif ch == ",":
+            yield i, ch, depth
 
 
 def segment_masks(response_mask):
