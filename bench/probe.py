@@ -20,6 +20,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import parallel  # noqa: E402
 import train  # noqa: E402
 
 SHAPES = {  # Qwen2.5 configs: hidden, layers, heads, kv heads, intermediate
@@ -55,7 +56,7 @@ def probe(size, p):
     prompt = torch.randint(0, cfg.vocab_size, (p.prompts, T), device=p.device).repeat_interleave(p.group_size, 0)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     times = {}
-    with train.autocast(a):
+    with parallel.autocast(a):
         sync()
         t = time.time()
         model.config.use_cache = True

@@ -8,6 +8,7 @@ import sys
 
 import torch
 
+import parallel
 import train
 from helpers import tiny_model
 
@@ -34,15 +35,15 @@ def update(agg, rank=0, world=1):
     ref = -torch.rand(P * G, L) * resp
     A = torch.randn(P * G, L) * resp
     rows = [p * G + g for p in train.rank_prompts(P, a.mini_batch, rank, world) for g in range(G)]
-    model = train.shard(model, a.dtype)
+    model = parallel.shard(model, a.dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     stats, _ = train.ppo_update(model, opt, {k: v[rows] for k, v in batch.items()}, old[rows], ref[rows], A[rows], a, 0)
-    return train.full_state(model)[0], stats["loss"], stats["grad_norm"]
+    return parallel.full_state(model)[0], stats["loss"], stats["grad_norm"]
 
 
 if __name__ == "__main__":
     a = train.get_args(["--data", "data/world/rl.jsonl", "--device", "cpu"])
-    rank, world = train.setup_dist(a)
+    rank, world = parallel.setup_dist(a)
     out = {agg: update(agg, rank, world) for agg in ("seq-mean-token-mean", "token-mean")}
     if rank == 0:
         torch.save(out, sys.argv[1])
