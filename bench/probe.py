@@ -20,6 +20,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import logprobs  # noqa: E402
 import parallel  # noqa: E402
 import train  # noqa: E402
 
@@ -75,9 +76,9 @@ def probe(size, p):
         A = torch.randn(B, 1, device=p.device) * resp                    # (B, L)
         t = time.time()
         with torch.no_grad():
-            old = torch.cat([train.token_logprobs(model, *(batch[k][r] for k in ("input_ids", "attention_mask",
+            old = torch.cat([logprobs.token_logprobs(model, *(batch[k][r] for k in ("input_ids", "attention_mask",
                             "response_mask"))) for r in torch.arange(B).split(a.micro_batch)])
-            refl = torch.cat([train.token_logprobs(ref, *(batch[k][r] for k in ("input_ids", "attention_mask",
+            refl = torch.cat([logprobs.token_logprobs(ref, *(batch[k][r] for k in ("input_ids", "attention_mask",
                              "response_mask"))) for r in torch.arange(B).split(a.micro_batch)])
         sync()
         times["old+ref"] = time.time() - t

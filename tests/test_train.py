@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import llm
+import logprobs
 import train
 from helpers import CALL, tiny_model, tokenizer, verl_row, write_jsonl, write_world
 
@@ -25,10 +26,10 @@ def test_chunked_logprobs_match_full_softmax():
             for t in range(1, 17):
                 if mask[b, t]:
                     ref[b, t] = full[b, t - 1, ids[b, t]]
-        got = train.token_logprobs(model, ids, attn, mask, chunk=4)
+        got = logprobs.token_logprobs(model, ids, attn, mask, chunk=4)
     assert torch.allclose(got, ref, atol=1e-5)
     # gradients flow through the checkpointed chunks
-    train.token_logprobs(model, ids, attn, mask, chunk=4).sum().backward()
+    logprobs.token_logprobs(model, ids, attn, mask, chunk=4).sum().backward()
     assert model.lm_head.weight.grad.abs().sum() > 0
 
 
@@ -122,7 +123,7 @@ def test_load_policy_with_activation_checkpointing(tmp_path):
     ids = torch.randint(0, len(tok), (2, 9))
     attn, mask = torch.ones_like(ids), torch.ones_like(ids)
     plain.train(), ckpt.train()
-    a, b = train.token_logprobs(plain, ids, attn, mask), train.token_logprobs(ckpt, ids, attn, mask)
+    a, b = logprobs.token_logprobs(plain, ids, attn, mask), logprobs.token_logprobs(ckpt, ids, attn, mask)
     assert torch.allclose(a, b, atol=1e-6)
     a.sum().backward(), b.sum().backward()
     for p, q in zip(plain.parameters(), ckpt.parameters()):
@@ -259,7 +260,7 @@ def test_old_logprobs_from_sampling_equal_the_recomputed_ones(world):
 
 
 # ---------------------------------------------------------------------------------------------
-# each prompt once per group (train.shared_states) against the full-sequence path
+# each prompt once per group (logprobs.shared_states) against the full-sequence path
 def grouped_batch(left, prompts=(5, 9, 7), G=3, seed=0):
     """Groups of G rows sharing a prompt (lengths `prompts`), responses of 2-7 ids, left or right
     padded; the mask covers the responses and one prompt token of row 0."""
@@ -292,7 +293,7 @@ def test_shared_prompt_logprobs_and_gradients_equal_the_full_pass(left, ckpt):
         model = tiny.build_model(tokenizer(), 0, 32, 2, 2).train()
         if ckpt:
             model.activation_checkpointing_enable()
-        lp = train.token_logprobs(model, ids, attn, mask, chunk=5, **kw)
+        lp = logprobs.token_logprobs(model, ids, attn, mask, chunk=5, **kw)
         (lp * w).sum().backward()
         got[how] = lp.detach(), torch.cat([p.grad.flatten() for p in model.parameters()])
     lp0, g0 = got.pop("full")
@@ -308,28 +309,28 @@ def test_each_prompt_runs_once_per_group():
     seen = []
     model.model.embed_tokens.register_forward_hook(lambda m, x, y: seen.append(tuple(x[0].shape)))
     with torch.no_grad():
-        train.token_logprobs(model, ids, attn, mask, groups=groups, rows=4)
+        logprobs.token_logprobs(model, ids, attn, mask, groups=groups, rows=4)
     assert seen[0] == (3, 9)                     # one row per group, as long as the longest prompt
     own = (attn.sum(1) - torch.tensor([5, 9, 7]).repeat_interleave(3)).tolist()   # each row's response
-    chunks = train.length_chunks(own, 4)
+    chunks = logprobs.length_chunks(own, 4)
     assert seen[1:] == [(len(c), own[c[0]]) for c in chunks]                        # then the responses by length
     assert sorted(r for c in chunks for r in c) == list(range(9))
     seen.clear()
     ids[1, 0] += 1                               # row 1 shares no token with its group: every row runs whole
     with torch.no_grad():
-        train.token_logprobs(model, ids, attn, mask, groups=groups)
+        logprobs.token_logprobs(model, ids, attn, mask, groups=groups)
     assert seen == [tuple(ids.shape)]
 
 
 def test_length_chunks_cap_rows_and_padding():
-    assert train.length_chunks([256] * 10, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert logprobs.length_chunks([256] * 10, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     # 74 < 0.75 · 100 starts a new pass: no row is padded by more than a quarter
-    assert train.length_chunks([10, 100, 80, 76, 74, 5, 600, 450, 460], None) == [[6, 8, 7], [1, 2, 3], [4], [0], [5]]
+    assert logprobs.length_chunks([10, 100, 80, 76, 74, 5, 600, 450, 460], None) == [[6, 8, 7], [1, 2, 3], [4], [0], [5]]
 
 
 def test_micro_batches_hold_whole_groups():
     batch = {"attention_mask": torch.ones(12, 3, dtype=torch.long)}
-    cut = lambda size, group: [rows for rows, _ in train.micro_batches(batch, list(range(12)), size, group)]  # noqa: E731
+    cut = lambda size, group: [rows for rows, _ in logprobs.micro_batches(batch, list(range(12)), size, group)]  # noqa: E731
     assert cut(8, 4) == [[0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11]]
     assert cut(6, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
     assert cut(3, 4) == [[0, 1, 2], [3], [4, 5, 6], [7], [8, 9, 10], [11]]   # a group larger than a micro-batch
