@@ -8,20 +8,22 @@ every observation and the next assistant header are appended BY ID with response
 Earlier turns are never decoded and re-encoded (token-in, token-out), so the ids the policy is
 trained on are the ids it sampled.
 
-Sampling (`sample`, no `model.generate`). Each rollout keeps its KV cache from turn to turn:
-a new turn feeds only what is not in the cache yet (the last sampled id and the tool-turn
-glue), never the conversation again. The G rollouts of a prompt prefill it once and copy its
-cache. A row leaves the batch as soon as it stops (its cache rows are cut out and kept for its
-next turn), so no compute goes to finished rows. Rows of different lengths sit in one batch
-left-padded (and, from the second turn on, padded in the middle, between the cache and the new
-ids): a 2D attention mask over cache + new ids hides the padding and position ids are
-cumsum(mask) - 1, so every row computes what it would alone. Temperature 1 samples from the
-softmax of the raw logits (no top-k, top-p or repetition penalty, as `generate` was asked to);
-temperature 0 is greedy. Every sampled id comes with its log-prob under the policy at
-temperature 1 (log_softmax of the raw logits, in float32, whatever the sampling temperature):
-`Rollout.logprobs`, the old log-probs of PPO (the release recomputes them with a forward pass;
-train.py keeps that behind a flag, since bf16 batched decoding differs slightly from it).
-Models with sliding-window layers are not supported (the cache is rebuilt as full layers).
+Sampling (`sample`, no `model.generate`). Each rollout keeps its KV cache from turn to turn: a
+new turn feeds only what is not in the cache yet (the last sampled id and the tool-turn glue),
+never the conversation again. The G rollouts of a prompt prefill it once and copy its cache.
+The batch's cache has preallocated columns that each decoded id is written into in place (no
+copy of the cache per step). A row leaves the batch as soon as it stops (its cache rows are cut
+out and kept for its next turn; a live row moves into its slot), so no compute goes to finished
+rows. Rows of different lengths sit in one batch left-padded (and, from the second turn on,
+padded in the middle, between the cache and the new ids): a 2D attention mask over cache + new
+ids hides the padding and position ids are cumsum(mask) - 1, so every row computes what it
+would alone. Temperature 1 samples from the softmax of the raw logits (no top-k, top-p or
+repetition penalty, as `generate` was asked to); temperature 0 is greedy. Every sampled id
+comes with its log-prob under the policy at temperature 1 (log_softmax of the raw logits, in
+float32, whatever the sampling temperature): `Rollout.logprobs`, the old log-probs of PPO (the
+release recomputes them with a forward pass; train.py keeps that behind a flag, since bf16
+batched decoding differs slightly from it). Models with sliding-window layers are not supported
+(the cache is rebuilt as full layers).
 
 Caps (SPEC §6): `max_turns` assistant turns (10); `max_tool_rounds` answered tool rounds
 (None: no cap; the release's launcher sets max_user_turns=6, train.py's paper preset passes 6);
@@ -49,12 +51,13 @@ tokens (`<tool_call>`, `<tool_response>`, ...) are encoded as the tokenizer alwa
 
     rs = rollout(model, tok, tasks, simulator)   # one Rollout per task: repeat tasks G times for a group
 """
+import functools
 import re
 import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 from segment import OPEN, Call, segment_masks, strip_think
 
@@ -175,29 +178,77 @@ def stop_ids(tok, stop_at_call=True):
 
 # ---------------------------------------------------------------------------------------------
 # sampling
-def batch_cache(kvs, N):
-    """Per-row caches (per layer (keys, values), each (H, n, D); None: empty) left-padded into
-    one DynamicCache of N columns, or None when N == 0. Each row's layers are released as they
-    are copied (set to None), so the caches never exist twice."""
+ROOM = 256  # KV columns allocated at a time for the ids a batch samples (a full cache grows by this much)
+
+
+class Slots(DynamicLayer):
+    """One layer's KV cache in preallocated columns: buffers (B, H, cap, D) that `update` writes in
+    place, so decoding an id copies nothing but its own keys and values; `keys` and `values` are
+    views of the first n columns (what attention reads). Only `resize` allocates."""
+
+    def __init__(self, cap):
+        super().__init__()
+        self.cap, self.n = cap, 0
+
+    def lazy_initialization(self, key_states, value_states):
+        B, H, _, D = key_states.shape
+        self.k = key_states.new_zeros(B, H, self.cap, D)                        # (B, H, cap, D)
+        self.v = value_states.new_zeros(B, H, self.cap, value_states.shape[-1])
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = self.n + key_states.shape[-2]
+        self.k[:, :, self.n:n], self.v[:, :, self.n:n] = key_states, value_states
+        return self.fill(n)
+
+    def fill(self, n):
+        """The first n columns hold the cache: (keys, values), each (B, H, n, D)."""
+        self.n, self.keys, self.values = n, self.k[:, :, :n], self.v[:, :, :n]
+        return self.keys, self.values
+
+    def resize(self, rows, cap):
+        """Keep the batch rows `rows` (an index, or slice(None) for all) in new buffers of cap >= n columns."""
+        k, v = self.keys[rows], self.values[rows]                               # (b, H, n, D)
+        self.cap, self.n = cap, 0
+        self.lazy_initialization(k, v)
+        self.update(k, v)
+
+    def move(self, src, dst, b):
+        """Copy rows `src` into rows `dst` (lists), then keep the first b rows, in place."""
+        if src:
+            self.k[dst, :, :self.n], self.v[dst, :, :self.n] = self.k[src, :, :self.n], self.v[src, :, :self.n]
+        self.k, self.v = self.k[:b], self.v[:b]
+        self.fill(self.n)
+
+
+def batch_cache(kvs, N, cap):
+    """Per-row caches (per layer (keys, values), each (H, n, D); None: empty) left-padded into the
+    first N of `cap` columns of one batched cache of `Slots` layers (N == 0: the layers start empty
+    and are allocated at the model's first update). Each row's layers are released as they are
+    copied (set to None), so the caches never exist twice."""
     if N == 0:
-        return None
+        return Cache(layer_class_to_replicate=functools.partial(Slots, cap))
     ref = next(kv for kv in kvs if kv is not None)
     n = [0 if kv is None else kv[0][0].shape[1] for kv in kvs]
     layers = []
     for layer in range(len(ref)):
-        H, _, D = ref[layer][0].shape
-        k = ref[layer][0].new_zeros(len(kvs), H, N, D)                     # (U, H, N, D)
-        v = torch.zeros_like(k)
+        k0, v0 = ref[layer]                                                 # (H, n, D) each
+        slots = Slots(cap)
+        slots.lazy_initialization(k0.expand(len(kvs), *k0.shape), v0.expand(len(kvs), *v0.shape))  # (U, H, cap, D)
         for u, kv in enumerate(kvs):
             if kv is not None:
-                k[u, :, N - n[u]:], v[u, :, N - n[u]:] = kv[layer]
+                slots.k[u, :, N - n[u]:N], slots.v[u, :, N - n[u]:N] = kv[layer]   # (H, n, D) each
                 kv[layer] = None
-        layers.append((k, v))
-    return DynamicCache(layers)
+        slots.fill(N)
+        layers.append(slots)
+    return Cache(layers=layers)
 
 
 def row_cache(cache, mask, j):
-    """Row j of a batched cache without its padding columns: per layer (keys, values), each (H, n, D)."""
+    """Row j of a batched cache without its padding columns: per layer (keys, values), each (H, n, D).
+    `mask` (B, C) covers the cache's C columns."""
     keep = mask[j].bool()                                                  # (C,)
     return [(layer.keys[j][:, keep], layer.values[j][:, keep]) for layer in cache.layers]
 
@@ -209,13 +260,20 @@ def sample(model, kvs, pending, budgets, temperature, stops):
     Row b holds `kvs[b]`, the cache of the ids it has fed so far (per layer (keys, values),
     each (H, n, D); None when it has fed nothing), and `pending[b]`, the ids to feed before it
     samples. Rows with no cache and the same pending ids (the G rollouts of one prompt) are
-    prefilled once. Row b samples until a stop id or `budgets[b]` ids and then leaves the batch.
+    prefilled once. Row b samples until a stop id or `budgets[b]` ids.
     Returns per row (ids, logprobs, cache): the sampled ids, their log-probs under the policy at
     temperature 1, and the cache of every id fed (the last sampled id is not fed: it starts the
     row's next pending ids). The caches passed in are consumed (emptied into the batch); a row
     with budget < 1 samples nothing and gets its cache back.
+
+    The batch cache has preallocated columns (`Slots`; ROOM more whenever it is full), written in
+    place. A row that stops is copied out of it and leaves the batch at once: a live row from the
+    end of the batch moves into its slot (one row copied, nothing allocated). The rows are
+    sampled in row order, whatever their slots, so the random draws are those of a batch holding
+    the live rows in order.
     """
-    stops = torch.tensor(stops, device=model.device)
+    device = model.device
+    stops = torch.tensor(stops, device=device)
     out = [([], [], kv) for kv in kvs]
     todo = [b for b in range(len(kvs)) if budgets[b] >= 1]
     if not todo:
@@ -229,47 +287,67 @@ def sample(model, kvs, pending, budgets, temperature, stops):
     n = [0 if kvs[b] is None else kvs[b][0][0].shape[1] for b in uniq]
     p = [len(pending[b]) for b in uniq]
     N, P = max(n), max(p)
+    C, room = N + P, min(max(budgets[b] for b in todo) - 1, ROOM)  # columns filled; free columns to feed ids
     ids = torch.zeros(len(uniq), P, dtype=torch.long)                     # (U, P) padding: any id, masked
-    mask = torch.zeros(len(uniq), N + P, dtype=torch.long)                # (U, N + P) cache + new ids
+    mask = torch.zeros(len(uniq), C + room, dtype=torch.long)             # (U, cap) cache + new ids + room
     for u, b in enumerate(uniq):
         ids[u, P - p[u]:] = torch.tensor(pending[b])
         mask[u, N - n[u]:N] = 1
-        mask[u, N + P - p[u]:] = 1
-    ids, mask = ids.to(model.device), mask.to(model.device)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)                              # (U, N + P)
-    res = model(input_ids=ids, attention_mask=mask, position_ids=pos[:, N:],
-                cache=batch_cache([kvs[b] for b in uniq], N), use_cache=True, logits_to_keep=1)
+        mask[u, C - p[u]:C] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask[:, :C].cumsum(-1) - 1).clamp(min=0)                       # (U, C)
+    cache = batch_cache([kvs[b] for b in uniq], N, C + room)
+    logits = model(input_ids=ids, attention_mask=mask[:, :C], position_ids=pos[:, N:], cache=cache,
+                   use_cache=True, logits_to_keep=1).logits[:, -1]        # (U, V)
     slot = {k: u for u, k in enumerate(first)}
-    sel = torch.tensor([slot[key[b]] for b in todo], device=model.device)  # (B,) prefill row of each row
-    cache, mask, logits = res.cache, mask[sel], res.logits[sel, -1]        # mask (B, C), logits (B, V)
-    cache.batch_select_indices(sel)
-    rows, new, lps = list(todo), {b: [] for b in todo}, {b: [] for b in todo}
+    sel = torch.tensor([slot[key[b]] for b in todo], device=device)       # (B,) prefill row of each row
+    mask, logits = mask[sel], logits[sel]                                 # (B, cap), (B, V)
+    if len(uniq) < len(todo):
+        for layer in cache.layers:
+            layer.resize(sel, C + room)
+    rows = list(todo)                                                     # rows[j]: the row in batch slot j
+    new, lps = {b: [] for b in todo}, {b: [] for b in todo}
     while True:
-        logp = logits.float().log_softmax(-1)                              # (b, V) the policy at temperature 1
+        order = sorted(range(len(rows)), key=rows.__getitem__)            # the slots in row order
+        sub = logits[torch.tensor(order, device=device)].float()          # (b, V)
+        logp = sub.log_softmax(-1)                                        # (b, V) the policy at temperature 1
         if temperature > 0:
-            nxt = torch.multinomial((logits.float() / temperature).softmax(-1), 1)[:, 0]  # (b,)
+            nxt = torch.multinomial((sub / temperature).softmax(-1), 1)[:, 0]  # (b,)
         else:
-            nxt = logp.argmax(-1)                                          # (b,)
-        lp = logp.gather(-1, nxt[:, None])[:, 0]                           # (b,)
-        stop = torch.isin(nxt, stops)                                      # (b,)
-        keep = []
-        for j, (b, t, x, s) in enumerate(zip(rows, nxt.tolist(), lp.tolist(), stop.tolist())):
+            nxt = logp.argmax(-1)                                         # (b,)
+        lp = logp.gather(-1, nxt[:, None])[:, 0]                          # (b,)
+        stop = torch.isin(nxt, stops)                                     # (b,)
+        done = set()
+        for j, t, x, s in zip(order, nxt.tolist(), lp.tolist(), stop.tolist()):
+            b = rows[j]
             new[b].append(t)
             lps[b].append(x)
             if s or len(new[b]) >= budgets[b]:
-                out[b] = (new[b], lps[b], row_cache(cache, mask, j))
-            else:
-                keep.append(j)
-        if not keep:
+                out[b] = (new[b], lps[b], row_cache(cache, mask[:, :C], j))
+                done.add(j)
+        live = len(rows) - len(done)
+        if not live:
             return out
-        if len(keep) < len(rows):  # finished rows leave the batch
-            idx = torch.tensor(keep, device=model.device)
-            cache.batch_select_indices(idx)
-            rows, mask, nxt = [rows[j] for j in keep], mask[idx], nxt[idx]
-        pos = mask.sum(-1, keepdim=True)                                   # (b, 1) position of the new id
-        mask = torch.cat([mask, mask.new_ones(len(rows), 1)], -1)          # (b, C + 1)
-        logits = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
-                       cache=cache, use_cache=True).logits[:, -1]          # (b, V)
+        if done:  # stopped rows leave: the live rows past the first `live` slots move into their slots
+            dst = sorted(j for j in done if j < live)
+            src = [j for j in range(live, len(rows)) if j not in done]    # as many
+            for layer in cache.layers:
+                layer.move(src, dst, live)
+            mask[dst] = mask[src]
+            for d, j in zip(dst, src):
+                rows[d] = rows[j]
+            mask, rows = mask[:live], rows[:live]
+        if C == mask.shape[1]:  # the cache is full: room for ROOM more ids (at most what the rows can still feed)
+            room = min(max(budgets[b] - len(new[b]) for b in rows), ROOM)
+            for layer in cache.layers:
+                layer.resize(slice(None), C + room)
+            mask = torch.cat([mask, mask.new_zeros(len(rows), room)], -1) # (b, C + room)
+        feed = torch.tensor([new[b][-1] for b in rows], device=device)    # (b,) each row's last id
+        mask[:, C] = 1
+        pos = mask[:, :C].sum(-1, keepdim=True)                           # (b, 1) position of the fed id
+        C += 1
+        logits = model(input_ids=feed[:, None], attention_mask=mask[:, :C], position_ids=pos,
+                       cache=cache, use_cache=True).logits[:, -1]         # (b, V)
 
 
 def generate_turn(model, tok, seqs, budgets, temperature, batch_size, stop_at_call=True):

@@ -2,14 +2,15 @@
 
     python bench/speed.py                      # both models, single- and multi-turn, 3 rounds
     python bench/speed.py --rounds 5 --models tiny
+    python bench/speed.py --old cc2b5e2        # against the sampler before the preallocated cache
 
-The old path is rollout.py as of commit OLD (read with `git show`, so this needs the git
-history): every turn one left-padded `generate` over the whole conversation of every live row,
-each prompt prefilled G times, finished rows decoding on until the longest stops. The new path
-is today's rollout.py. Both run the same G rollouts of the shipped world's first --prompts RL
-tasks (data/world/rl.jsonl), answered by the replay simulator (malformed="answer", so a
-malformed call gets an error observation and the trajectory goes on), on one CPU thread, at
-temperature 1, in interleaved rounds; the table shows medians.
+The old path is rollout.py as of commit --old (read with `git show`, so this needs the git
+history); by default OLD: every turn one left-padded `generate` over the whole conversation of
+every live row, each prompt prefilled G times, finished rows decoding on until the longest
+stops. The new path is today's rollout.py. Both run the same G rollouts of the shipped world's
+first --prompts RL tasks (data/world/rl.jsonl), answered by the replay simulator
+(malformed="answer", so a malformed call gets an error observation and the trajectory goes on),
+on one CPU thread, at temperature 1, in interleaved rounds; the table shows medians.
 
 Models: random Qwen2s (tiny.build_model) on a tokenizer trained on the world (as `python
 tiny.py` does): "tiny" has the test fixture's shape (tests/helpers.py tiny_model: hidden 32,
@@ -70,9 +71,9 @@ def build(tok, shape):
     return model.eval()
 
 
-def old_rollout():
-    """rollout.py at commit OLD, imported from a temporary file."""
-    src = subprocess.run(["git", "show", f"{OLD}:rollout.py"], capture_output=True, text=True, check=True,
+def old_rollout(rev=OLD):
+    """rollout.py at commit `rev`, imported from a temporary file."""
+    src = subprocess.run(["git", "show", f"{rev}:rollout.py"], capture_output=True, text=True, check=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout
     path = os.path.join(tempfile.mkdtemp(), "rollout_old.py")
     with open(path, "w") as f:
@@ -91,9 +92,10 @@ def main():
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=512, help="response budget per rollout")
     p.add_argument("--max-turns", type=int, default=4, help="turn cap of the multi-turn workload")
+    p.add_argument("--old", default=OLD, help="the commit whose rollout.py is the old path")
     a = p.parse_args()
     torch.set_num_threads(1)
-    old = old_rollout()
+    old = old_rollout(a.old)
     world = load_tasks("data/world/rl.jsonl")
     tok = tiny.build_tokenizer(tiny.world_texts(world, load_sft("data/world/sft.jsonl")))
     tasks = [t for t in world[:a.prompts] for _ in range(a.group_size)]
@@ -126,8 +128,8 @@ def main():
     head = ("model", "params", "workload", "rows", "old s", "new s", "speed-up", "old tok/row", "new tok/row",
             "greedy equal")
     width = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    print(f"\n{a.prompts} prompts x G={a.group_size}, max_tokens {a.max_tokens}, medians of {a.rounds} rounds, "
-          f"1 thread")
+    print(f"\nold = rollout.py at {a.old}; {a.prompts} prompts x G={a.group_size}, max_tokens {a.max_tokens}, "
+          f"medians of {a.rounds} rounds, 1 thread")
     for row in (head, *rows):
         print("  ".join(str(x).rjust(w) for x, w in zip(row, width)))
 

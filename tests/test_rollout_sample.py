@@ -1,0 +1,95 @@
+"""rollout.sample against a reference without a KV cache: rows that stop at different steps
+(live rows moving into the slots of stopped ones, the cache grown past its preallocated
+columns), then a second turn from the returned per-row caches."""
+import pytest
+import torch
+
+import rollout
+from helpers import tiny_model, tokenizer
+from rollout import sample, stop_ids
+
+
+def reference(model, seqs, budgets, temperature, stops):
+    """One turn per row by full forwards over each whole sequence (no cache, no padding). The live
+    rows are sampled together, in row order, as `sample` promises: (ids, logprobs) per row."""
+    new, lps = [[] for _ in seqs], [[] for _ in seqs]
+    live = [b for b in range(len(seqs)) if budgets[b] >= 1]
+    while live:
+        logits = torch.stack([model(input_ids=torch.tensor([seqs[b] + new[b]])).logits[0, -1] for b in live])  # (b, V)
+        logp = logits.float().log_softmax(-1)
+        if temperature > 0:
+            nxt = torch.multinomial((logits.float() / temperature).softmax(-1), 1)[:, 0]
+        else:
+            nxt = logp.argmax(-1)
+        for b, t, x in zip(live, nxt.tolist(), logp.gather(-1, nxt[:, None])[:, 0].tolist()):
+            new[b].append(t)
+            lps[b].append(x)
+        live = [b for b in live if new[b][-1] not in stops and len(new[b]) < budgets[b]]
+    return new, lps
+
+
+def fresh_cache(model, seq):
+    """Per layer (keys, values), each (H, n, D), of a full forward over `seq`."""
+    cache = model(input_ids=torch.tensor([seq]), use_cache=True).cache
+    return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("room", [3, rollout.ROOM])  # 3: the cache fills and grows every few ids
+def test_two_turns_of_rows_stopping_at_different_steps_match_a_cacheless_reference(monkeypatch, temperature, room):
+    monkeypatch.setattr(rollout, "ROOM", room)
+    tok, model = tokenizer(), tiny_model(seed=1)
+    stops = stop_ids(tok)
+    prompts = [tok.encode("The weather in Paris is", add_special_tokens=False),
+               tok.encode('<tool_call>\n[{"name": "f"', add_special_tokens=False)]
+    seqs = [prompts[b % 2] for b in range(7)]           # rows 0, 2, 4, 6 and 1, 3, 5 share a prefill
+    budgets = [2, 9, 4, 13, 1, 6, 0]                    # stopping one by one; row 6 samples nothing
+    torch.manual_seed(0)
+    ref, ref_lp = reference(model, seqs, budgets, temperature, stops)
+    torch.manual_seed(0)
+    got = sample(model, [None] * 7, seqs, budgets, temperature, stops)
+    assert [ids for ids, _, _ in got] == ref and {len(ids) for ids in ref} == {0, 1, 2, 4, 6, 9, 13}
+    for (_, lp, _), want in zip(got, ref_lp):
+        assert lp == pytest.approx(want, abs=1e-5)
+    for b, (ids, _, kv) in enumerate(got):
+        if ids:  # every id fed: the prompt and all sampled ids but the last
+            for (k, v), (k0, v0) in zip(kv, fresh_cache(model, seqs[b] + ids[:-1])):
+                assert torch.allclose(k, k0, atol=1e-5) and torch.allclose(v, v0, atol=1e-5)
+        else:
+            assert kv is None
+    # turn 2 from the returned caches: each row's last id and tool-turn glue of its own length
+    glue = [tok.encode(" obs" * (1 + b % 3) + "\n", add_special_tokens=False) for b in range(6)]
+    seqs2 = [seqs[b] + got[b][0] + glue[b] for b in range(6)]
+    budgets2 = [5, 0, 11, 3, 8, 2]                      # row 1 keeps its cache and samples nothing
+    torch.manual_seed(1)
+    ref2, ref2_lp = reference(model, seqs2, budgets2, temperature, stops)
+    torch.manual_seed(1)
+    got2 = sample(model, [kv for _, _, kv in got[:6]], [got[b][0][-1:] + glue[b] for b in range(6)],
+                  budgets2, temperature, stops)
+    assert [ids for ids, _, _ in got2] == ref2
+    for b, (ids, lp, kv) in enumerate(got2):
+        assert lp == pytest.approx(ref2_lp[b], abs=1e-5)
+        fed = seqs2[b] + ids[:-1] if ids else seqs[b] + got[b][0][:-1]  # row 1: its turn-1 cache, untouched
+        for (k, v), (k0, v0) in zip(kv, fresh_cache(model, fed)):
+            assert k.shape == k0.shape and torch.allclose(k, k0, atol=1e-5) and torch.allclose(v, v0, atol=1e-5)
+
+
+def test_the_cache_is_written_in_place():
+    """Decoding does not reallocate the cache: the batch's buffers are the same objects from
+    the prefill to the end of a turn whose rows all run the full budget."""
+    tok, model = tokenizer(), tiny_model()
+    seen = set()
+    real = rollout.Slots.update
+
+    def spy(self, *a, **kw):
+        out = real(self, *a, **kw)
+        seen.add(self.k.data_ptr())
+        return out
+    rollout.Slots.update = spy
+    try:
+        seqs = [tok.encode("The weather in", add_special_tokens=False)] * 4
+        got = sample(model, [None] * 4, seqs, [40] * 4, 1.0, [])  # no stop ids: 40 ids per row
+    finally:
+        rollout.Slots.update = real
+    assert [len(ids) for ids, _, _ in got] == [40] * 4
+    assert len(seen) == 2  # the prefill's buffers (one row per prompt), then the batch's (one per row)
