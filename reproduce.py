@@ -15,9 +15,11 @@ evals on the held-out split are the ones compared. The KL reference is the SFT s
 `python train.py`, and RL draws the same random numbers after a loaded SFT as after an
 in-process one, so the slca run of seed s is the demo `python train.py --seed s`.
 
-Runs (in-process, one after the other) go to <out>/<name>-s<seed>/; a run whose final/
-folder exists is kept, so an interrupted reproduce.py continues where it stopped (delete a
-run folder to redo it). Outputs in <out>:
+Runs go to <out>/<name>-s<seed>/, --jobs at a time (default 2, this machine's cores), each
+in its own process on one thread with its output in <out>/<name>-s<seed>.log (--jobs 1: one
+after the other, in this process). A run whose final/ folder exists is kept, so an
+interrupted reproduce.py continues where it stopped (delete a run folder to redo it), and
+the sweep reuses the comparison's slca and grpo runs as its p = 0. Outputs in <out>:
 
     table.md       mean ± std over seeds of the held-out metrics (Success@0.9 as the paper
                    defines it, S_process >= 0.9, and as the released code logs it, Name F1,
@@ -25,7 +27,8 @@ run folder to redo it). Outputs in <out>:
                    per-seed numbers, the training sign-conflict rate and gradient cosine
     curves.png     training-rollout Success@0.9 and tool turns against RL step per algorithm:
                    mean over seeds, min-max shaded; markers: the held-out eval before and after RL
-    results.json   every number above
+    table.json     every number above
+    noise.md, noise.json, noise-curves.png   (--noise) the same for the sweep's runs
     noise.png      (--noise) held-out Process, Name F1 and Success@0.9 against the noise p
 """
 import argparse
@@ -33,33 +36,51 @@ import json
 import os
 import statistics
 import sys
+import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 ALGOS = {  # name -> train.py flags (SPEC §7 ablations)
-    "slca": ["--algo", "slca"],
-    "grpo": ["--algo", "grpo"],                     # w/o SLCA
+    "slca": ["--algo", "slca", "--grad-cosine"],    # --grad-cosine: the paper's diagnostic, logged per step
+    "grpo": ["--algo", "grpo", "--grad-cosine"],    # w/o SLCA
     "toolpo": ["--algo", "toolpo"],                 # the release's additive baseline
     "no-hierr": ["--algo", "slca", "--no-hierr"],   # w/o HierR: all process weights 0
     "no-sgls": ["--algo", "slca", "--no-sgls"],     # w/o SGLS: no tool definition, no checks 2-4
 }
 NOISE_ALGOS = ["slca", "grpo"]
+
+
+def noise_run(algo, p):
+    """Name and train.py flags of `algo` at judge noise p; p = 0 is the comparison's own run."""
+    return (algo, ALGOS[algo]) if p == 0 else (f"{algo}@{p}", ALGOS[algo] + ["--judge-noise", str(p)])
 # a toy size for the smoke test: seconds per run
 TOY = ["--tiny-size", "32", "1", "2", "--sft-limit", "16", "--sft-epochs", "1", "--sft-batch", "8", "--steps", "2",
        "--group-size", "2", "--prompts-per-step", "2", "--mini-batch", "1", "--max-tokens", "40", "--max-turns", "2",
        "--eval-limit", "4"]
+ROOT = os.path.dirname(os.path.abspath(__file__))
 METRICS = [("success", "Success@0.9"), ("success_code", "Success@0.9(code)"), ("name_f1", "NameF1"),
            ("arg_match", "ArgMatch"), ("process", "Process"), ("tool_turns", "ToolTurns")]
 
 
-def run_train(argv, out):
-    """train.py with `argv` into `out`, unless `out` already holds a finished run."""
-    import train
+def run_train(argv, out, jobs=1):
+    """train.py with `argv` into `out`, unless `out` already holds a finished run: in this
+    process when jobs == 1, else in a child process on one thread whose output goes to
+    <out>.log (so `jobs` runs share the machine's cores without oversubscribing them)."""
     if os.path.isdir(os.path.join(out, "final")):
         print(f"kept {out} (finished earlier)")
         return
     t = time.time()
+    argv = argv + ["--out", out, "--overwrite", "--show", "0"]
     print(f"\n=== train.py {' '.join(argv)}", flush=True)
-    train.main(argv + ["--out", out, "--overwrite", "--show", "0"])
+    if jobs == 1:
+        import train
+        train.main(argv)
+    else:
+        with open(out + ".log", "w") as log:
+            rc = subprocess.call([sys.executable, os.path.join(ROOT, "train.py")] + argv, stdout=log,
+                                 stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        if rc:
+            raise SystemExit(f"train.py failed (exit {rc}) for {out}: see {out}.log")
     print(f"=== {out}: {time.time() - t:.0f}s", flush=True)
 
 
@@ -185,7 +206,7 @@ def plot_noise(res, levels, path):
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for ax, (key, title) in zip(axes, [("process", "Process"), ("name_f1", "Name F1"), ("success", "Success@0.9")]):
         for i, algo in enumerate(NOISE_ALGOS):
-            ms = [mean_std(res[f"{algo}@{p}"]["after"][key]) for p in levels]
+            ms = [mean_std(res[noise_run(algo, p)[0]]["after"][key]) for p in levels]
             ax.errorbar(levels, [m for m, _ in ms], yerr=[s for _, s in ms], marker="o", capsize=3,
                         color=f"C{i}", label=algo)
         start = mean_std(next(iter(res.values()))["before"][key])[0]
@@ -205,46 +226,52 @@ def main(argv=None):
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--algos", nargs="+", choices=list(ALGOS), default=list(ALGOS))
     p.add_argument("--noise", type=float, nargs="+", default=None,
-                   help="judge-noise levels: run SLCA and GRPO (with --grad-cosine) at each instead of --algos")
+                   help="judge-noise levels: run SLCA and GRPO at each instead of --algos (p = 0 reuses "
+                        "the comparison's runs in the same --out)")
     p.add_argument("--size", choices=["demo", "toy"], default="demo",
                    help="toy: a few seconds per run (the smoke test)")
-    p.add_argument("--out", default=None, help="default: runs/reproduce (runs/noise with --noise)")
+    p.add_argument("--out", default="runs/reproduce")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="runs at a time, each in its own process on one thread (1: one after the other, in-process)")
     a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
-    out = a.out or ("runs/noise" if a.noise else "runs/reproduce")
+    out = a.out
     os.makedirs(out, exist_ok=True)
     extra = (TOY if a.size == "toy" else []) + extra
     t0 = time.time()
 
     if a.noise:
-        plan = [(f"{algo}@{p}", ALGOS[algo] + ["--judge-noise", str(p), "--grad-cosine"])
-                for p in a.noise for algo in NOISE_ALGOS]
+        plan = [noise_run(algo, p) for p in a.noise for algo in NOISE_ALGOS]
     else:
         plan = [(name, ALGOS[name]) for name in a.algos]
-    runs = {}
+    runs, starts = {}, {}
     for seed in a.seeds:
-        start = os.path.join(out, f"sft-s{seed}")
-        run_train(["--seed", str(seed)] + extra + ["--steps", "0", "--eval-data", ""], start)
+        starts[seed] = os.path.join(out, f"sft-s{seed}")
         for name, flags in plan:
-            folder = os.path.join(out, f"{name}-s{seed}")
-            run_train(["--model", os.path.join(start, "sft"), "--seed", str(seed)] + preset_flags(extra) + flags
-                      + ["--sft-data", ""], folder)
-            runs[(name, seed)] = folder
+            runs[(name, seed)] = os.path.join(out, f"{name}-s{seed}")
+    with ThreadPoolExecutor(a.jobs) as pool:  # the SFT starts first, then every RL run from them
+        list(pool.map(lambda s: run_train(["--seed", str(s)] + extra + ["--steps", "0", "--eval-data", ""],
+                                          starts[s], a.jobs), a.seeds))
+        list(pool.map(lambda job: run_train(["--model", os.path.join(starts[job[1]], "sft"), "--seed", str(job[1])]
+                                            + preset_flags(extra) + dict(plan)[job[0]] + ["--sft-data", ""],
+                                            runs[job], a.jobs), runs))
 
     res = summarize(runs)
     text = table(res)
     wall = time.time() - t0
-    header = (f"# reproduce.py {' '.join(argv)}\n\nseeds {a.seeds}, wall time {wall:.0f}s "
-              f"({os.environ.get('OMP_NUM_THREADS', 'default')} threads); held-out eval split, greedy.\n\n")
-    with open(os.path.join(out, "table.md"), "w") as f:
+    header = (f"# reproduce.py {' '.join(argv)}\n\nseeds {a.seeds}, wall time {wall:.0f}s ({a.jobs} runs at a time, "
+              f"{1 if a.jobs > 1 else os.environ.get('OMP_NUM_THREADS', 'default')} thread(s) each); "
+              "held-out eval split, greedy.\n\n")
+    stem = "noise" if a.noise else "table"  # the sweep's outputs sit beside the comparison's
+    with open(os.path.join(out, f"{stem}.md"), "w") as f:
         f.write(header + text)
-    with open(os.path.join(out, "results.json"), "w") as f:
+    with open(os.path.join(out, f"{stem}.json"), "w") as f:
         json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "wall_s": wall, "results": res}, f, indent=1)
-    plot_curves(res, os.path.join(out, "curves.png"))
+    plot_curves(res, os.path.join(out, f"{stem}-curves.png" if a.noise else "curves.png"))
     if a.noise:
         plot_noise(res, a.noise, os.path.join(out, "noise.png"))
     print("\n" + header + text)
-    print(f"wall time {wall:.0f}s; outputs in {out}/ (table.md, results.json, curves.png"
-          f"{', noise.png' if a.noise else ''})")
+    print(f"wall time {wall:.0f}s; outputs in {out}/ ({stem}.md, {stem}.json, "
+          f"{'noise-curves.png, noise.png' if a.noise else 'curves.png'})")
     return res
 
 

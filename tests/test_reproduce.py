@@ -22,7 +22,7 @@ def toy_world(folder):
 
 def test_compare_runs_every_algorithm_from_one_sft_start_per_seed(tmp_path, capsys):
     out = tmp_path / "rep"
-    res = reproduce.main(["--size", "toy", "--seeds", "0", "1", "--out", str(out), "--"] + toy_world(tmp_path))
+    res = reproduce.main(["--size", "toy", "--jobs", "1", "--seeds", "0", "1", "--out", str(out), "--"] + toy_world(tmp_path))
     assert list(res) == list(reproduce.ALGOS)
     for seed in (0, 1):
         start = out / f"sft-s{seed}" / "sft"
@@ -34,7 +34,7 @@ def test_compare_runs_every_algorithm_from_one_sft_start_per_seed(tmp_path, caps
             # RL only, from the seed's SFT start
             assert cfg["model"] == str(start) and cfg["sft_data"] == "" and cfg["steps"] == 2
             assert (run / "final").is_dir() and not (run / "sft").exists()
-            configs.append({k: v for k, v in cfg.items() if k not in ("algo", "no_hierr", "no_sgls", "out")})
+            configs.append({k: v for k, v in cfg.items() if k not in ("algo", "no_hierr", "no_sgls", "grad_cosine", "out")})
         assert all(c == configs[0] for c in configs)  # the same steps, prompts, G, lr and budgets
         assert len({json.dumps(reproduce.evals(out / f"{n}-s{seed}")["before RL"]) for n in reproduce.ALGOS}) == 1
     assert json.loads((out / "grpo-s0" / "config.json").read_text())["algo"] == "grpo"
@@ -45,7 +45,7 @@ def test_compare_runs_every_algorithm_from_one_sft_start_per_seed(tmp_path, caps
     assert len(res["slca"]["curves"][1]) == 2  # one point per RL step
     assert "wall time" in capsys.readouterr().out
     # a second call keeps the finished runs
-    reproduce.main(["--size", "toy", "--seeds", "0", "--algos", "slca", "--out", str(out), "--"] + toy_world(tmp_path))
+    reproduce.main(["--size", "toy", "--jobs", "1", "--seeds", "0", "--algos", "slca", "--out", str(out), "--"] + toy_world(tmp_path))
     assert "kept" in capsys.readouterr().out
 
 
@@ -53,8 +53,11 @@ def test_noise_mode_runs_slca_and_grpo_per_level(tmp_path):
     out = tmp_path / "noise"
     res = reproduce.main(["--size", "toy", "--seeds", "0", "--noise", "0", "0.5", "--out", str(out), "--"]
                          + toy_world(tmp_path))
-    assert sorted(res) == ["grpo@0.0", "grpo@0.5", "slca@0.0", "slca@0.5"]
+    assert sorted(res) == ["grpo", "grpo@0.5", "slca", "slca@0.5"]  # p = 0 is the comparison's run
     cfg = json.loads((out / "slca@0.5-s0" / "config.json").read_text())
     assert cfg["judge_noise"] == 0.5 and cfg["grad_cosine"] is True
+    assert json.loads((out / "slca-s0" / "config.json").read_text())["judge_noise"] == 0.0
     assert all(m.get("grad_cosine") is not None for m in reproduce.curves(out / "grpo@0.5-s0"))
-    assert (out / "noise.png").exists() and "grad cosine" in (out / "table.md").read_text()
+    assert (out / "slca@0.5-s0.log").exists()  # --jobs 2 (the default): each run in its own process
+    assert (out / "noise.png").exists() and "grad cosine" in (out / "noise.md").read_text()
+    assert not (out / "table.md").exists()
