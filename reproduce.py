@@ -25,8 +25,10 @@ the sweep reuses the comparison's slca and grpo runs as its p = 0. Outputs in <o
                    defines it, S_process >= 0.9, and as the released code logs it, Name F1,
                    ArgMatch, Process, tool turns) per algorithm, the SFT start first, then the
                    per-seed numbers, the training sign-conflict rate and gradient cosine
-    curves.png     training-rollout Success@0.9 and tool turns against RL step per algorithm:
-                   mean over seeds, min-max shaded; markers: the held-out eval before and after RL
+    curves.png     training-rollout Success@0.9 and tool turns against RL step per algorithm (a
+                   5-step mean): mean over seeds, min-max shaded (w/o HierR has no Success
+                   curve: it scores with all process weights 0); markers: the held-out eval
+                   before and after RL
     table.json     every number above
     noise.md, noise.json, noise-curves.png   (--noise) the same for the sweep's runs
     noise.png      (--noise) held-out Process, Name F1 and Success@0.9 against the noise p
@@ -114,7 +116,9 @@ def curves(run):
     by_step = {}
     for r in read(os.path.join(run, "rollouts.jsonl")):
         by_step.setdefault(r["step"], []).append(r["process"] >= 0.9)
-    return [{"step": s, "success": sum(by_step.get(s, [])) / max(1, len(by_step.get(s, []))),
+    with open(os.path.join(run, "config.json")) as f:
+        blind = json.load(f).get("no_hierr")  # w/o HierR logs S_process with all weights 0: no curve
+    return [{"step": s, "success": None if blind else sum(by_step.get(s, [])) / max(1, len(by_step.get(s, []))),
              "tool_turns": m["tool_turns"], "sign_conflict": m["sign_conflict"], "grad_cosine": m.get("grad_cosine")}
             for s, m in sorted(metrics.items())]
 
@@ -165,6 +169,15 @@ def table(res):
     return "\n".join(lines) + "\n"
 
 
+SMOOTH = 5  # training curves: mean over the last SMOOTH RL steps (one step is only 16 prompts)
+
+
+def smooth(curve, key, step):
+    """Mean of `key` over the points of `curve` in (step - SMOOTH, step]; None if any is None."""
+    xs = [p[key] for p in curve if step - SMOOTH < p["step"] <= step]
+    return None if not xs or None in xs else statistics.fmean(xs)
+
+
 def plot_curves(res, path):
     try:
         import matplotlib
@@ -177,16 +190,18 @@ def plot_curves(res, path):
     for i, (name, r) in enumerate(res.items()):
         for ax, key in zip(axes, ("success", "tool_turns")):
             steps = sorted({p["step"] for c in r["curves"] for p in c})
-            ys = [[p[key] for c in r["curves"] for p in c if p["step"] == s] for s in steps]
             if not steps:
                 continue
-            ax.plot(steps, [statistics.fmean(y) for y in ys], color=f"C{i}", label=f"{name} (n={len(r['curves'])})")
-            ax.fill_between(steps, [min(y) for y in ys], [max(y) for y in ys], color=f"C{i}", alpha=0.2)
+            ys = [[smooth(c, key, s) for c in r["curves"]] for s in steps]  # per step, one value per seed
+            if None not in (y for v in ys for y in v):
+                ax.plot(steps, [statistics.fmean(y) for y in ys], color=f"C{i}", label=f"{name} (n={len(r['curves'])})")
+                ax.fill_between(steps, [min(y) for y in ys], [max(y) for y in ys], color=f"C{i}", alpha=0.15)
             ends = [mean_std(r[k][key])[0] for k in ("before", "after")]
             if None not in ends:  # the held-out evals, greedy, before and after RL
                 ax.plot([steps[0], steps[-1] + 1], ends, "o--", color=f"C{i}", label=f"{name} held-out eval")
-    axes[0].set(title="Training rollouts: Success@0.9 (S_process >= 0.9)", xlabel="RL step", ylim=(-0.02, 1.02))
-    axes[1].set(title="Training rollouts: tool-calling turns", xlabel="RL step")
+    axes[0].set(title=f"Training rollouts: Success@0.9 (S_process >= 0.9), {SMOOTH}-step mean", xlabel="RL step",
+                ylim=(-0.02, 1.02))
+    axes[1].set(title=f"Training rollouts: tool-calling turns, {SMOOTH}-step mean", xlabel="RL step")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
