@@ -1,7 +1,7 @@
 """The paper's comparison at CPU scale, and the judge-noise sweep, on the embedded demo.
 
     python reproduce.py                        # SLCA, GRPO, ToolPO, w/o HierR, w/o SGLS; seeds 0 1 2
-    python reproduce.py --noise 0 0.3 0.6      # SLCA and GRPO at each judge-noise level; seeds 0 1 2
+    python reproduce.py --noise 0 0.5 1.0      # SLCA and GRPO at each judge-noise level; seeds 0 1 2
     python reproduce.py --size toy             # the same on a toy size, in seconds (tests/test_reproduce.py)
     python reproduce.py -- --steps 12          # flags after -- go to every train.py run
 
