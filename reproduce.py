@@ -178,15 +178,32 @@ def smooth(curve, key, step):
     return None if not xs or None in xs else statistics.fmean(xs)
 
 
-def plot_curves(res, path):
+def figure(path, n, width):
+    """(fig, axes) of n panels, or None without matplotlib (then `path` is skipped)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         print("no matplotlib: skipping", path)
+        return None
+    return plt.subplots(1, n, figsize=(width, 4))
+
+
+def save(fig, axes, path):
+    import matplotlib.pyplot as plt
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_curves(res, path):
+    if (made := figure(path, 2, 11)) is None:
         return
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = made
     for i, (name, r) in enumerate(res.items()):
         for ax, key in zip(axes, ("success", "tool_turns")):
             steps = sorted({p["step"] for c in r["curves"] for p in c})
@@ -202,23 +219,13 @@ def plot_curves(res, path):
     axes[0].set(title=f"Training rollouts: Success@0.9 (S_process >= 0.9), {SMOOTH}-step mean", xlabel="RL step",
                 ylim=(-0.02, 1.02))
     axes[1].set(title=f"Training rollouts: tool-calling turns, {SMOOTH}-step mean", xlabel="RL step")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, axes, path)
 
 
 def plot_noise(res, levels, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no matplotlib: skipping", path)
+    if (made := figure(path, 3, 14)) is None:
         return
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    fig, axes = made
     for ax, (key, title) in zip(axes, [("process", "Process"), ("name_f1", "Name F1"), ("success", "Success@0.9")]):
         for i, algo in enumerate(NOISE_ALGOS):
             ms = [mean_std(res[noise_run(algo, p)[0]]["after"][key]) for p in levels]
@@ -227,11 +234,7 @@ def plot_noise(res, levels, path):
         start = mean_std(next(iter(res.values()))["before"][key])[0]
         ax.axhline(start, color="gray", linestyle=":", label="SFT start")
         ax.set(title=f"held-out {title} after RL", xlabel="judge noise p")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, axes, path)
 
 
 def main(argv=None):
