@@ -384,7 +384,8 @@ def test_tau2_cli_writes_jsonl_and_resumes(tiny_dir, tmp_path):
     assert load.call_count == 1                               # agent and user share the one model
     head, *rows = lines(out)
     assert head["fingerprint"]["temperature"] == 0.6 and head["fingerprint"]["user_temperature"] == 0.7
-    assert [r["domain"] for r in rows] == ["retail", "telecom"] and summary["per_domain"]["retail"]["n"] == 1
+    # one record per task, written as each finishes (completion order: tasks run --batch-size at a time)
+    assert sorted(r["domain"] for r in rows) == ["retail", "telecom"] and summary["per_domain"]["retail"]["n"] == 1
     assert all(r["termination_reason"] == "max_steps" and len(r["messages"]) >= 4 for r in rows), rows
     with mock.patch("bench.models.decode", must_not_run):
         assert E.main(argv) == summary
