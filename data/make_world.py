@@ -24,11 +24,14 @@ Sized for a tiny model trained from scratch on a CPU (the demo of train.py):
   forecasts, station readings and trips. No eval question occurs in training;
 - short tool descriptions and a one-line instruction: the tool block is most of every
   prompt's tokens, so it sets the cost of SFT and of every RL forward pass;
+- an imperfect teacher: on SERIAL_SHARE of the SFT demonstrations the calls of a parallel
+  step are made one per turn, so the SFT start splits parallel steps the reward wants in one
+  block, and RL has something to learn that SFT did not show (the tasks do not change);
 - reference facts are values the tool results state (a price, an id, a rating), never
   arithmetic across calls, which a model this size cannot do: the offline judge then rates
   how well the summary reports the results, not the model's sums.
 
-    python data/make_world.py [--seed 0] [--out data/world] [--scale 1.0]
+    python data/make_world.py [--seed 0] [--out data/world] [--scale 1.0] [--serial-share 0.6]
 """
 import argparse
 import json
@@ -44,6 +47,7 @@ TYPES = ["single_step_single_tool", "single_step_parallel", "multi_step_all_seri
          "multi_step_has_parallel", "multi_step_all_parallel", "irrelevant"]
 TYPE_WEIGHTS = [18, 18, 18, 18, 18, 10]  # irrelevant ~10%
 EVAL_SHARE = 0.2  # share of (kind, entities) combinations that only eval asks about
+SERIAL_SHARE = 0.6  # share of SFT demonstrations whose teacher makes a parallel step's calls one per turn
 
 INSTRUCTION = ("Put the calls of one step as a JSON list in one <tool_call></tool_call> block; "
                "then state the values found. If no tool fits, answer directly.")
@@ -645,9 +649,13 @@ def verl_row(ex, split, index):
     }
 
 
-def sft_row(ex):
+def sft_row(ex, serial=False):
+    """A teacher's trajectory; a `serial` teacher makes the calls of each step one per turn."""
     turns = [{"from": "system", "value": system_prompt(ex["tools"])}, {"from": "human", "value": ex["question"]}]
-    for step, outs in zip(ex["steps"], ex["outputs"]):
+    steps = zip(ex["steps"], ex["outputs"])
+    if serial:
+        steps = [([c], [o]) for step, outs in steps for c, o in zip(step, outs)]
+    for step, outs in steps:
         turns.append({"from": "gpt", "value": "<tool_call>\n" + json.dumps(step, ensure_ascii=False) + "\n</tool_call>"})
         turns.append({"from": "human", "value": "\n".join(
             f"<tool_response>\n{compact(o)}\n</tool_response>" for o in outs)})
@@ -682,9 +690,13 @@ def examples(seed=0, scale=1.0):
     return out
 
 
-def generate(seed=0, scale=1.0):
-    """{"sft": rows, "rl": rows, "eval": rows} in the files' layouts."""
-    return {name: [sft_row(ex) if name == "sft" else verl_row(ex, name, i) for i, ex in enumerate(rows)]
+def generate(seed=0, scale=1.0, serial_share=SERIAL_SHARE):
+    """{"sft": rows, "rl": rows, "eval": rows} in the files' layouts. The SFT teacher is
+    serial on a seeded `serial_share` of its demonstrations (drawn per row, apart from the
+    draws that make the tasks, so the tasks do not depend on it)."""
+    def serial(i):
+        return random.Random(f"serial|{seed}|{i}").random() < serial_share
+    return {name: [sft_row(ex, serial(i)) if name == "sft" else verl_row(ex, name, i) for i, ex in enumerate(rows)]
             for name, rows in examples(seed, scale).items()}
 
 
@@ -693,10 +705,12 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="data/world")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every split size (tests use a small one)")
+    ap.add_argument("--serial-share", type=float, default=SERIAL_SHARE,
+                    help="share of SFT demonstrations that make parallel calls one per turn")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, rows in generate(args.seed, args.scale).items():
+    for name, rows in generate(args.seed, args.scale, args.serial_share).items():
         path = out / f"{name}.jsonl"
         path.write_text("".join(compact(row) + "\n" for row in rows), encoding="utf-8")
         print(f"{path}: {len(rows)} rows, {path.stat().st_size / 1e6:.2f} MB")

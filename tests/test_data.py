@@ -306,6 +306,27 @@ def test_sft_trajectories_follow_the_format(world):
             assert obs_turn["content"].count("<tool_response>\n") == len(calls)
 
 
+def test_serial_teacher_splits_parallel_steps_and_changes_nothing_else():
+    """A serial demonstration makes the same calls, in the same order, one per turn; the
+    share is seeded per row; the RL and eval tasks do not depend on it."""
+    exs = make_world.examples(0, 0.1)["sft"]
+    rows = {share: make_world.generate(0, 0.1, share) for share in (0.0, make_world.SERIAL_SHARE, 1.0)}
+    assert rows[0.0]["rl"] == rows[1.0]["rl"] and rows[0.0]["eval"] == rows[1.0]["eval"]
+
+    def calls_per_turn(row):
+        return [len(json.loads(t["value"][len("<tool_call>\n"):-len("\n</tool_call>")]))
+                for t in row["conversations"] if t["from"] == "gpt" and t["value"].startswith("<tool_call>")]
+    parallel = [i for i, ex in enumerate(exs) if any(len(step) > 1 for step in ex["steps"])]
+    assert len(parallel) > 50
+    for i in parallel:
+        assert calls_per_turn(rows[0.0]["sft"][i]) == [len(step) for step in exs[i]["steps"]]
+        assert calls_per_turn(rows[1.0]["sft"][i]) == [1] * sum(map(len, exs[i]["steps"]))
+        assert rows[0.0]["sft"][i]["conversations"][-1] == rows[1.0]["sft"][i]["conversations"][-1]  # same answer
+    serial = [calls_per_turn(rows[make_world.SERIAL_SHARE]["sft"][i]) == calls_per_turn(rows[1.0]["sft"][i])
+              for i in parallel]
+    assert abs(sum(serial) / len(serial) - make_world.SERIAL_SHARE) < 0.12
+
+
 def test_summaries_state_every_fact():
     """Each generated answer states all its reference facts (the offline judge rates it 5)."""
     w, r, judge = make_world.World(3), __import__("random").Random(3), FactsJudge()
