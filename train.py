@@ -79,7 +79,7 @@ PAPER = dict(data=None, eval_data=None, sft_data=None, sft_epochs=2, sft_lr=5e-6
              micro_batch=8, lr=1e-6, steps=None, max_tokens=8192, eval_limit=None, eval_every=50,
              dtype="bfloat16", grad_ckpt=True, old_logprobs="recompute")
 TINY = dict(data="data/world/rl.jsonl", eval_data="data/world/eval.jsonl", sft_data="data/world/sft.jsonl",
-            sft_epochs=5, sft_lr=6e-3, sft_batch=8, sft_max_len=1024, sft_limit=None, group_size=8,
+            sft_epochs=8, sft_lr=6e-3, sft_batch=8, sft_max_len=1024, sft_limit=None, group_size=8,
             prompts_per_step=16, mini_batch=8, micro_batch=32, lr=1e-4, steps=60, max_tokens=384,
             eval_limit=None, eval_every=0, dtype="float32", grad_ckpt=False, old_logprobs="sample")  # sized for ~10 min on 2 CPU cores
 STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's stop reasons
