@@ -29,6 +29,7 @@ the sweep reuses the comparison's slca and grpo runs as its p = 0. Outputs in <o
                    5-step mean): mean over seeds, min-max shaded (w/o HierR has no Success
                    curve: it scores with all process weights 0); markers: the held-out eval
                    before and after RL
+    demo.png       the slca curve alone: `python train.py` for each seed
     table.json     every number above
     noise.md, noise.json, noise-curves.png   (--noise) the same for the sweep's runs
     noise.png      (--noise) held-out Process, Name F1 and Success@0.9 against the noise p
@@ -285,11 +286,13 @@ def main(argv=None):
     with open(os.path.join(out, f"{stem}.json"), "w") as f:
         json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "wall_s": wall, "results": res}, f, indent=1)
     plot_curves(res, os.path.join(out, f"{stem}-curves.png" if a.noise else "curves.png"))
+    if "slca" in res and not a.noise:  # the demo's own curve: slca of seed s is `python train.py --seed s`
+        plot_curves({"slca": res["slca"]}, os.path.join(out, "demo.png"))
     if a.noise:
         plot_noise(res, a.noise, os.path.join(out, "noise.png"))
     print("\n" + header + text)
     print(f"wall time {wall:.0f}s; outputs in {out}/ ({stem}.md, {stem}.json, "
-          f"{'noise-curves.png, noise.png' if a.noise else 'curves.png'})")
+          f"{'noise-curves.png, noise.png' if a.noise else 'curves.png, demo.png'})")
     return res
 
 

@@ -41,7 +41,7 @@ def test_compare_runs_every_algorithm_from_one_sft_start_per_seed(tmp_path, caps
     assert json.loads((out / "no-hierr-s1" / "config.json").read_text())["no_hierr"] is True
     table = (out / "table.md").read_text()
     assert "| SFT start |" in table and "| toolpo |" in table and " ± " in table and "wall time" in table
-    assert (out / "curves.png").stat().st_size > 1000
+    assert (out / "curves.png").stat().st_size > 1000 and (out / "demo.png").stat().st_size > 1000
     assert len(res["slca"]["curves"][1]) == 2  # one point per RL step
     assert "wall time" in capsys.readouterr().out
     # a second call keeps the finished runs
