@@ -56,6 +56,8 @@ NOISE_ALGOS = ["slca", "grpo"]
 def noise_run(algo, p):
     """Name and train.py flags of `algo` at judge noise p; p = 0 is the comparison's own run."""
     return (algo, ALGOS[algo]) if p == 0 else (f"{algo}@{p}", ALGOS[algo] + ["--judge-noise", str(p)])
+
+
 # a toy size for the smoke test: seconds per run
 TOY = ["--tiny-size", "32", "1", "2", "--sft-limit", "16", "--sft-epochs", "1", "--sft-batch", "8", "--steps", "2",
        "--group-size", "2", "--prompts-per-step", "2", "--mini-batch", "1", "--max-tokens", "40", "--max-turns", "2",
@@ -68,10 +70,11 @@ METRICS = [("success", "Success@0.9"), ("success_code", "Success@0.9(code)"), ("
 def run_train(argv, out, jobs=1):
     """train.py with `argv` into `out`, unless `out` already holds a finished run: in this
     process when jobs == 1, else in a child process on one thread whose output goes to
-    <out>.log (so `jobs` runs share the machine's cores without oversubscribing them)."""
+    <out>.log (so `jobs` runs share the machine's cores without oversubscribing them).
+    Returns whether it ran."""
     if os.path.isdir(os.path.join(out, "final")):
         print(f"kept {out} (finished earlier)")
-        return
+        return False
     t = time.time()
     argv = argv + ["--out", out, "--overwrite", "--show", "0"]
     print(f"\n=== train.py {' '.join(argv)}", flush=True)
@@ -85,6 +88,7 @@ def run_train(argv, out, jobs=1):
         if rc:
             raise SystemExit(f"train.py failed (exit {rc}) for {out}: see {out}.log")
     print(f"=== {out}: {time.time() - t:.0f}s", flush=True)
+    return True
 
 
 def preset_flags(extra):
@@ -268,17 +272,18 @@ def main(argv=None):
         for name, flags in plan:
             runs[(name, seed)] = os.path.join(out, f"{name}-s{seed}")
     with ThreadPoolExecutor(a.jobs) as pool:  # the SFT starts first, then every RL run from them
-        list(pool.map(lambda s: run_train(["--seed", str(s)] + extra + ["--steps", "0", "--eval-data", ""],
-                                          starts[s], a.jobs), a.seeds))
-        list(pool.map(lambda job: run_train(["--model", os.path.join(starts[job[1]], "sft"), "--seed", str(job[1])]
-                                            + preset_flags(extra) + dict(plan)[job[0]] + ["--sft-data", ""],
-                                            runs[job], a.jobs), runs))
+        ran = list(pool.map(lambda s: run_train(["--seed", str(s)] + extra + ["--steps", "0", "--eval-data", ""],
+                                                starts[s], a.jobs), a.seeds))
+        ran += pool.map(lambda job: run_train(["--model", os.path.join(starts[job[1]], "sft"), "--seed", str(job[1])]
+                                              + preset_flags(extra) + dict(plan)[job[0]] + ["--sft-data", ""],
+                                              runs[job], a.jobs), runs)
 
     res = summarize(runs)
     text = table(res)
     wall = time.time() - t0
+    kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""
     header = (f"# reproduce.py {' '.join(argv)}\n\nseeds {a.seeds}, wall time {wall:.0f}s ({a.jobs} runs at a time, "
-              f"{1 if a.jobs > 1 else os.environ.get('OMP_NUM_THREADS', 'default')} thread(s) each); "
+              f"{1 if a.jobs > 1 else os.environ.get('OMP_NUM_THREADS', 'default')} thread(s) each{kept}); "
               "held-out eval split, greedy.\n\n")
     stem = "noise" if a.noise else "table"  # the sweep's outputs sit beside the comparison's
     with open(os.path.join(out, f"{stem}.md"), "w") as f:
@@ -291,7 +296,7 @@ def main(argv=None):
     if a.noise:
         plot_noise(res, a.noise, os.path.join(out, "noise.png"))
     print("\n" + header + text)
-    print(f"wall time {wall:.0f}s; outputs in {out}/ ({stem}.md, {stem}.json, "
+    print(f"wall time {wall:.0f}s{kept}; outputs in {out}/ ({stem}.md, {stem}.json, "
           f"{'noise-curves.png, noise.png' if a.noise else 'curves.png, demo.png'})")
     return res
 

@@ -41,12 +41,14 @@ def test_compare_runs_every_algorithm_from_one_sft_start_per_seed(tmp_path, caps
     assert json.loads((out / "no-hierr-s1" / "config.json").read_text())["no_hierr"] is True
     table = (out / "table.md").read_text()
     assert "| SFT start |" in table and "| toolpo |" in table and " ± " in table and "wall time" in table
+    assert "kept from earlier" not in table
     assert (out / "curves.png").stat().st_size > 1000 and (out / "demo.png").stat().st_size > 1000
     assert len(res["slca"]["curves"][1]) == 2  # one point per RL step
     assert "wall time" in capsys.readouterr().out
     # a second call keeps the finished runs
     reproduce.main(["--size", "toy", "--jobs", "1", "--seeds", "0", "--algos", "slca", "--out", str(out), "--"] + toy_world(tmp_path))
     assert "kept" in capsys.readouterr().out
+    assert "2 of 2 runs kept from earlier" in (out / "table.md").read_text()  # its wall time measured no run
 
 
 def test_noise_mode_runs_slca_and_grpo_per_level(tmp_path):
