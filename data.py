@@ -112,6 +112,7 @@ class Task:
     parallel_type: str = ""           # one of the six of SPEC §8, "" if unknown
     responses: list[dict] = field(default_factory=list)  # recorded tool responses: {"name", "arguments": dict, "response": str}
     facts: list[str] = field(default_factory=list)       # reference facts a correct summary must state
+    bonus: str = ""           # the diagnostic world's marked extra call (a tool the gold does not ask for), "" if none
     source: str = ""          # file it came from
     row: int = -1             # its 1-based row there, as errors count them (JSONL: the line)
 
@@ -440,6 +441,7 @@ def _verl_task(row):
         parallel_type=_parallel_type(extra.get("parallel_type"), "extra_info.parallel_type", gold),
         responses=_responses(extra.get("tool_responses") or [], "extra_info.tool_responses"),
         facts=_str_list(gt.get("reference_facts") or [], "reward_model.ground_truth.reference_facts"),
+        bonus=_str(extra.get("bonus_call") or "", "extra_info.bonus_call"),
     )
 
 

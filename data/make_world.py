@@ -31,7 +31,16 @@ Sized for a tiny model trained from scratch on a CPU (the demo of train.py):
   arithmetic across calls, which a model this size cannot do: the offline judge then rates
   how well the summary reports the results, not the model's sums.
 
-    python data/make_world.py [--seed 0] [--out data/world] [--scale 1.0] [--serial-share 0.6]
+- the diagnostic (--bonus K, off by default; README "Credit misattribution, constructed"):
+  for five kinds (BONUS, about 16% of the tasks) a follow-up info call that the gold does
+  not ask for (a product's, hotel's or flight's details) returns extra values; the rows
+  record its response, K of its values join the judge's reference facts, and half of those
+  kinds' SFT demonstrations make the call and state the values. So the call costs S_process
+  its Name F1 share and, with K >= 1, stating its values raises S_sum: the summary reward is
+  tied to a tool behaviour the process score penalises. K = 0 is the control (the same SFT
+  data and tasks; only the reference facts differ).
+
+    python data/make_world.py [--seed 0] [--out data/world] [--scale 1.0] [--serial-share 0.6] [--bonus K]
 """
 import argparse
 import json
@@ -48,6 +57,7 @@ TYPES = ["single_step_single_tool", "single_step_parallel", "multi_step_all_seri
 TYPE_WEIGHTS = [18, 18, 18, 18, 18, 10]  # irrelevant ~10%
 EVAL_SHARE = 0.2  # share of (kind, entities) combinations that only eval asks about
 SERIAL_SHARE = 0.6  # share of SFT demonstrations whose teacher makes a parallel step's calls one per turn
+BONUS_SHARE = 0.5   # with --bonus: share of the bonus kinds' SFT demonstrations that make the extra call
 
 INSTRUCTION = ("Put the calls of one step as a JSON list in one <tool_call></tool_call> block; "
                "then state the values found. If no tool fits, answer directly.")
@@ -596,6 +606,55 @@ KINDS = {
 }
 
 
+# --- the diagnostic's bonus calls (--bonus K) --------------------------------------------------
+# kind -> the follow-up info call that the gold does not ask for, made from the first step's
+# results: (tool, arguments of outputs[0]) and the values its answer adds (the first K of them
+# join the reference facts), with the sentence a teacher that made the call adds to its summary.
+
+def _product_info(outs):
+    return "product_info", {"product_id": outs[0][0]["product_id"]}
+
+
+def _product_extra(i):
+    return [fmt(i["rating"]), fmt(i["in_stock"])], f"It is rated {fmt(i['rating'])}, {fmt(i['in_stock'])} in stock."
+
+
+def _hotel_info(outs):
+    return "hotel_info", {"hotel_id": outs[0][0]["hotels"][0]["id"]}
+
+
+def _hotel_extra(i):
+    return [i["name"], fmt(i["rating"])], f"It is {i['name']}, rated {fmt(i['rating'])}."
+
+
+def _flight_info(outs):
+    return "flight_info", {"flight_id": outs[0][0]["flights"][0]["id"]}
+
+
+def _flight_extra(i):
+    return [i["airline"], i["departs"]], f"The flight is by {i['airline']}, departing {i['departs']}."
+
+
+BONUS = {  # about 16% of the tasks: 2 of 6 single-tool kinds, 2 of 5 parallel ones, 1 of 7 serial ones
+    "product_top": (_product_info, _product_extra),
+    "hotel_cheapest": (_hotel_info, _hotel_extra),
+    "trip_cost": (_flight_info, _flight_extra),
+    "products_pair": (_product_info, _product_extra),
+    "coupon": (_product_info, _product_extra),
+}
+
+
+def bonus(world, ex):
+    """The extra call of a bonus kind's task: {"call", "output", "values", "sentence"}, or None."""
+    if ex["kind"] not in BONUS:
+        return None
+    make, extra = BONUS[ex["kind"]]
+    name, args = make(ex["outputs"])
+    out = world.call(name, args)
+    values, sentence = extra(out)
+    return {"call": {"name": name, "arguments": args}, "output": out, "values": values, "sentence": sentence}
+
+
 # --- rows -------------------------------------------------------------------------------------
 
 def combo(kind, v, question):
@@ -626,13 +685,19 @@ def compact(x):
     return json.dumps(x, ensure_ascii=False, separators=(",", ":"))
 
 
-def verl_row(ex, split, index):
+def verl_row(ex, split, index, k=None):
+    """An RL / eval row. With `k` (the diagnostic, --bonus K) a bonus kind's row also records
+    the extra call's response (so the replay simulator answers it), adds the first k of its
+    values to the reference facts and names the call in extra_info.bonus_call; its gold is unchanged."""
     names = [t["function"]["name"] for t in ex["tools"]]
     tools_json = compact(ex["tools"])
+    extra = ex["bonus"] if k is not None else None
+    calls = [(c, o) for step, outs in zip(ex["steps"], ex["outputs"]) for c, o in zip(step, outs)]
+    calls += [(extra["call"], extra["output"])] if extra else []
     # arguments as a JSON string, like the gold: parquet would fill dicts of varying keys with nulls
     responses = [{"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False), "response": compact(o)}
-                 for step, outs in zip(ex["steps"], ex["outputs"]) for c, o in zip(step, outs)]
-    return {
+                 for c, o in calls]
+    row = {
         "data_source": "slca_world",
         "prompt": [{"role": "system", "content": system_prompt(ex["tools"])},
                    {"role": "user", "content": ex["question"]}],
@@ -643,23 +708,29 @@ def verl_row(ex, split, index):
             "question_content": ex["question"],
             "tool_schemas": tools_json,
             "subset_name": "irrelevant" if ex["parallel_type"] == "irrelevant" else "tool_call",
-            "reference_facts": ex["facts"]}},
+            "reference_facts": ex["facts"] + (extra["values"][:k] if extra else [])}},
         "extra_info": {"split": split, "index": index, "parallel_type": ex["parallel_type"], "kind": ex["kind"],
                        "combo": ex["combo"], "tool_responses": responses},
     }
+    if extra:
+        row["extra_info"]["bonus_call"] = extra["call"]["name"]
+    return row
 
 
-def sft_row(ex, serial=False):
-    """A teacher's trajectory; a `serial` teacher makes the calls of each step one per turn."""
+def sft_row(ex, serial=False, extra=False):
+    """A teacher's trajectory; a `serial` teacher makes the calls of each step one per turn, and
+    an `extra` one also makes the task's bonus call last and states its values."""
     turns = [{"from": "system", "value": system_prompt(ex["tools"])}, {"from": "human", "value": ex["question"]}]
-    steps = zip(ex["steps"], ex["outputs"])
+    steps = list(zip(ex["steps"], ex["outputs"]))
     if serial:
         steps = [([c], [o]) for step, outs in steps for c, o in zip(step, outs)]
+    if extra:
+        steps.append(([ex["bonus"]["call"]], [ex["bonus"]["output"]]))
     for step, outs in steps:
         turns.append({"from": "gpt", "value": "<tool_call>\n" + json.dumps(step, ensure_ascii=False) + "\n</tool_call>"})
         turns.append({"from": "human", "value": "\n".join(
             f"<tool_response>\n{compact(o)}\n</tool_response>" for o in outs)})
-    turns.append({"from": "gpt", "value": ex["answer"]})
+    turns.append({"from": "gpt", "value": ex["answer"] + (" " + ex["bonus"]["sentence"] if extra else "")})
     return {"conversations": turns}
 
 
@@ -690,14 +761,29 @@ def examples(seed=0, scale=1.0):
     return out
 
 
-def generate(seed=0, scale=1.0, serial_share=SERIAL_SHARE):
+def generate(seed=0, scale=1.0, serial_share=SERIAL_SHARE, bonus_k=None):
     """{"sft": rows, "rl": rows, "eval": rows} in the files' layouts. The SFT teacher is
     serial on a seeded `serial_share` of its demonstrations (drawn per row, apart from the
-    draws that make the tasks, so the tasks do not depend on it)."""
+    draws that make the tasks, so the tasks do not depend on it). `bonus_k` (0, 1, 2; None =
+    off) builds the diagnostic world: the teacher makes the bonus call on a seeded BONUS_SHARE
+    of the bonus kinds' demonstrations (the same SFT data for every k), and the RL and eval
+    rows of those kinds carry it (`verl_row`); nothing else changes, and with None every row is
+    byte-identical to the world without the option."""
+    world = World(seed)
+
     def serial(i):
         return random.Random(f"serial|{seed}|{i}").random() < serial_share
-    return {name: [sft_row(ex, serial(i)) if name == "sft" else verl_row(ex, name, i) for i, ex in enumerate(rows)]
-            for name, rows in examples(seed, scale).items()}
+
+    def extra(i, ex):
+        return bonus_k is not None and ex["bonus"] is not None and random.Random(f"bonus|{seed}|{i}").random() < BONUS_SHARE
+
+    out = {}
+    for name, rows in examples(seed, scale).items():
+        for ex in rows:
+            ex["bonus"] = bonus(world, ex)
+        out[name] = [sft_row(ex, serial(i), extra(i, ex)) if name == "sft" else verl_row(ex, name, i, bonus_k)
+                     for i, ex in enumerate(rows)]
+    return out
 
 
 def main():
@@ -707,10 +793,13 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every split size (tests use a small one)")
     ap.add_argument("--serial-share", type=float, default=SERIAL_SHARE,
                     help="share of SFT demonstrations that make parallel calls one per turn")
+    ap.add_argument("--bonus", type=int, choices=[0, 1, 2], default=None, metavar="K",
+                    help="the diagnostic world: bonus kinds' rows record an extra info call the gold does not ask for, "
+                         "and K of its values join the reference facts (0 = the control); default off")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, rows in generate(args.seed, args.scale, args.serial_share).items():
+    for name, rows in generate(args.seed, args.scale, args.serial_share, args.bonus).items():
         path = out / f"{name}.jsonl"
         path.write_text("".join(compact(row) + "\n" for row in rows), encoding="utf-8")
         print(f"{path}: {len(rows)} rows, {path.stat().st_size / 1e6:.2f} MB")

@@ -732,3 +732,63 @@ def test_fuzz_rows_load_or_fail_naming_the_row(fuzz_dir, file):
             load(q, skip_bad=skip)
         except DataError as e:
             assert str(e).startswith(f"{q}") and "\n" not in str(e), str(e)
+
+
+def bonus_worlds(tmp_path):
+    """The diagnostic world at K = 0, 1, 2 (and off), a small scale, loaded back as tasks."""
+    out = {}
+    for k in (None, 0, 1, 2):
+        rows = make_world.generate(0, 0.25, bonus_k=k)
+        out[k] = rows | {n: load_tasks(write_jsonl(tmp_path / f"{n}-{k}.jsonl", rows[n])) for n in ("rl", "eval")}
+    return out
+
+
+def test_bonus_world_marks_its_kinds_and_changes_nothing_else(tmp_path):
+    """--bonus K: the bonus kinds' rows (about 15% of RL and eval) name the extra call and record
+    its answer, K of its values join the facts, gold and questions do not move; the SFT data is
+    one for every K, and about BONUS_SHARE of the bonus kinds' demonstrations make the call."""
+    w = bonus_worlds(tmp_path)
+    assert w[0]["sft"] == w[1]["sft"] == w[2]["sft"]
+    for n in ("rl", "eval"):
+        off, marked = w[None][n], [t for t in w[1][n] if t.bonus]
+        assert not any(t.bonus for t in off)
+        assert 0.08 < len(marked) / len(off) < 0.25, n
+        for k in (0, 1, 2):
+            for a, b in zip(off, w[k][n]):
+                assert (a.gold, a.question, a.messages, a.tools) == (b.gold, b.question, b.messages, b.tools)
+                if b.bonus:
+                    assert b.bonus not in {c["name"] for step in b.gold for c in step}  # not a gold call
+                    assert len(b.facts) == len(a.facts) + k and b.facts[:len(a.facts)] == a.facts
+                    assert b.responses[:-1] == a.responses and b.responses[-1]["name"] == b.bonus
+                else:
+                    assert b.facts == a.facts and b.responses == a.responses
+    kinds = [ex["kind"] in make_world.BONUS for ex in make_world.examples(0, 0.25)["sft"]]
+    made = [any('"name": "%s"' % n in t["value"] for t in row["conversations"] if t["from"] == "gpt"
+                for n in ("product_info", "hotel_info", "flight_info"))
+            for row, bonus_kind in zip(w[1]["sft"], kinds) if bonus_kind]
+    changed = [a != b for a, b, bonus_kind in zip(w[None]["sft"], w[1]["sft"], kinds)]
+    assert sum(changed) == sum(made) and abs(sum(made) / len(made) - make_world.BONUS_SHARE) < 0.12
+
+
+def test_bonus_call_costs_process_and_pays_summary_with_the_real_scorer(tmp_path):
+    """The arithmetic the diagnostic rests on (Eqs. 2-4, the facts judge): on a marked task the
+    extra call costs S_process its Name F1 share (0.05-0.09), and stating its values gains S_sum
+    0.25-0.5 at K = 1 and nothing at K = 0; so under K = 1 the total score prefers the call and
+    under K = 0 it does not. (At K = 2 a stock count can equal a price the summary already
+    states, so a few rows gain one level less.)"""
+    import rewards
+    w, judge = bonus_worlds(tmp_path), FactsJudge()
+    for k, (lo, hi) in ((0, (0.0, 0.0)), (1, (0.25, 0.5)), (2, (0.25, 0.75))):
+        for t in [t for t in w[k]["rl"] if t.bonus]:
+            blocks = "".join("<tool_call>\n" + json.dumps(step) + "\n</tool_call>" for step in t.gold)
+            extra = t.responses[-1]
+            call = "<tool_call>\n" + json.dumps([{"name": extra["name"], "arguments": extra["arguments"]}]) + "\n</tool_call>"
+            bodies = [r["response"] for r in t.responses]
+            plain = " ".join(t.facts[:len(t.facts) - k]) + " were found."
+            fuller = plain + " Also " + " ".join(map(str, json.loads(extra["response"]).values()))  # its values
+            s0 = rewards.score(blocks + plain, plain, bodies[:-1], t, judge)
+            s1 = rewards.score(blocks + call + fuller, fuller, bodies, t, judge)
+            cost, got = s0["process"] - s1["process"], s1["summary"] - s0["summary"]
+            assert 0.05 - 1e-9 <= cost <= 0.09, (t.question, cost)
+            assert lo - 1e-9 <= got <= hi + 1e-9, (k, t.question, got)
+            assert (s1["score"] > s0["score"]) == (k > 0)
