@@ -21,6 +21,9 @@ parallel_type:
     Tool turns       mean assistant turns that call a tool;  Format  mean format part
     judge_failed     share whose judge never answered;  sim_failed  mean calls the simulator
                      never answered
+    bonus            the diagnostic world's marked prompts (data/make_world.py --bonus): the
+                     same table plus `redundant` (share that made the marked call the gold
+                     does not ask for) and `summary` (mean S_sum)
 
 Under the code's definition an irrelevant prompt can never succeed (S_sum = 0 without a tool
 response, SPEC §2.2); the paper's definition gives it 0.90 when no call is made.
@@ -162,6 +165,9 @@ def score_rollouts(rs, judge, weights=None, lam_tool=1.0, lam_sum=1.0, workers=1
         s.update(score_norm=max(0.0, s["score"]) / (lam_tool + lam_sum) if lam_tool + lam_sum > 0 else 0.0,
                  tool_turns=r.tool_turns, stop=r.stop, length=len(r.ids), sim_failed=r.failed,
                  parallel_type=r.task.parallel_type or "unknown")
+        if r.task.bonus:  # the diagnostic world: did the policy make the marked call the gold does not ask for?
+            blocks, _ = rewards.predicted_calls(r.text, r.task.allowed_tools)
+            s["redundant"] = float(any(c.name == r.task.bonus for calls in blocks for c in calls))
         return s
 
     with ThreadPoolExecutor(workers) as pool:
@@ -196,7 +202,10 @@ def summarize(scores):
     by_type = defaultdict(list)
     for s in scores:
         by_type[s["parallel_type"]].append(s)
-    return {"all": table(scores), **{k: table(v) for k, v in sorted(by_type.items())}}
+    marked = [s for s in scores if "redundant" in s]  # the diagnostic world's bonus rows
+    bonus = {"bonus": {**table(marked), "redundant": sum(s["redundant"] for s in marked) / len(marked),
+                       "summary": sum(s["summary"] for s in marked) / len(marked)}} if marked else {}
+    return {"all": table(scores), **{k: table(v) for k, v in sorted(by_type.items())}, **bonus}
 
 
 def evaluate(model, tok, tasks, simulator, judge, batch_size=64, max_turns=10, max_tokens=8192):

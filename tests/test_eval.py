@@ -109,6 +109,27 @@ def test_score_rollouts_judges_the_real_tool_responses_only():
     assert E.summarize([s])["all"]["sim_failed"] == 1
 
 
+def test_bonus_rows_get_the_redundant_call_rate():
+    """The diagnostic world's marked prompts: `redundant` says whether a valid call to the marked
+    tool was made; summarize adds a `bonus` table over the marked rows only."""
+    task = Task(messages=[], tools=[], allowed_tools=["f", "g"], gold=[[{"name": "f", "arguments": {"x": 1}}]],
+                question="What is f of 1?", parallel_type="single_step_single_tool", facts=["42", "7"], bonus="g")
+    plain = Task(**{**task.__dict__, "bonus": ""})
+    obs, extra = ['{"y": 42}'], ['{"z": 7}']
+    g = '<tool_call>{"name": "g", "arguments": {}}</tool_call>'
+    rs = [fixture_rollout(task, obs + extra, (CALL % 1, obs), (g, extra), ("f of 1 is 42, and z is 7.", [])),
+          fixture_rollout(task, obs, (CALL % 1, obs), ("f of 1 is 42, as asked.", [])),
+          fixture_rollout(task, obs, (CALL % 1 + '<tool_call>{"name": "g", "arguments": "{}"}</tool_call>', obs),
+                          ("f of 1 is 42, as asked.", [])),                                   # invalid g call: not made
+          fixture_rollout(plain, obs, (CALL % 1, obs), (g, extra), ("f of 1 is 42, and z is 7.", []))]
+    scores = E.score_rollouts(rs, FactsJudge())
+    assert [s.get("redundant") for s in scores] == [1.0, 0.0, 0.0, None]
+    b = E.summarize(scores)["bonus"]
+    assert b["n"] == 3 and b["redundant"] == pytest.approx(1 / 3)
+    assert b["summary"] == pytest.approx((1.0 + 0.5 + 0.5) / 3) and b["name_f1"] == pytest.approx((2 / 3 + 1 + 1) / 3)
+    assert "bonus" not in E.summarize(scores[3:])
+
+
 # --------------------------------------------------------------------------------------------
 # result files, fingerprints, aggregation
 # --------------------------------------------------------------------------------------------
