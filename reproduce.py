@@ -2,6 +2,7 @@
 
     python reproduce.py                        # SLCA, GRPO, ToolPO, w/o HierR, w/o SGLS; seeds 0 1 2
     python reproduce.py --noise 0 0.5 1.0      # SLCA and GRPO at each judge-noise level; seeds 0 1 2
+    python reproduce.py --bonus 0 1            # the diagnostic: SLCA and GRPO on the bonus world at K = 0, 1
     python reproduce.py --size toy             # the same on a toy size, in seconds (tests/test_reproduce.py)
     python reproduce.py -- --steps 12          # flags after -- go to every train.py run
 
@@ -33,6 +34,12 @@ the sweep reuses the comparison's slca and grpo runs as its p = 0. Outputs in <o
     table.json     every number above
     noise.md, noise.json, noise-curves.png   (--noise) the same for the sweep's runs
     noise.png      (--noise) held-out Process, Name F1 and Success@0.9 against the noise p
+    bonus.md, bonus.json, bonus.png   (--bonus) the diagnostic (README "Credit misattribution,
+                   constructed"): the worlds `data/make_world.py --bonus K` in <out>/world-k<K>/
+                   (the SFT data is one for every K, so each seed has one SFT start), SLCA and
+                   GRPO on each; the marked prompts' held-out redundant-call rate, S_sum, Name F1
+                   and Success@0.9 / @1.0 before and after RL, the sampled rate during training,
+                   per seed, the pre-registered falsifiers (a)-(c) checked, and the rate's curves
 """
 import argparse
 import json
@@ -126,6 +133,120 @@ def curves(run):
     return [{"step": s, "success": None if blind else sum(by_step.get(s, [])) / max(1, len(by_step.get(s, []))),
              "tool_turns": m["tool_turns"], "sign_conflict": m["sign_conflict"], "grad_cosine": m.get("grad_cosine")}
             for s, m in sorted(metrics.items())]
+
+
+def bonus_world(out, k, scale):
+    """Writes the diagnostic world at K = k into <out>/world-k<k>/; returns its file paths."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_world", os.path.join(ROOT, "data", "make_world.py"))
+    mw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mw)
+    folder = os.path.join(out, f"world-k{k}")
+    os.makedirs(folder, exist_ok=True)
+    paths = {}
+    for name, rows in mw.generate(0, scale, bonus_k=k).items():
+        paths[name] = os.path.join(folder, f"{name}.jsonl")
+        with open(paths[name], "w", encoding="utf-8") as f:
+            f.writelines(mw.compact(r) + "\n" for r in rows)
+    return paths
+
+
+BONUS_METRICS = [("redundant", "redundant"), ("summary", "S_sum"), ("name_f1", "NameF1"), ("success", "Success@0.9"),
+                 ("success@1.0", "Success@1.0")]
+
+
+def bonus_summary(runs):
+    """{name: {"before"/"after": {metric: [per seed]} on the marked eval prompts, "all": overall
+    Success@0.9 after RL, "train": per-seed [(step, sampled redundant rate)]}}."""
+    out = {}
+    for (name, seed), folder in runs.items():
+        marked = {e["label"]: e.get("bonus", {}) for e in read(os.path.join(folder, "eval.jsonl")) if "all" in e}
+        row = out.setdefault(name, {"before": {}, "after": {}, "all": [], "seeds": [], "train": []})
+        row["seeds"].append(seed)
+        for label, key in (("before RL", "before"), ("after RL", "after")):
+            for k, _ in BONUS_METRICS:
+                row[key].setdefault(k, []).append(marked.get(label, {}).get(k))
+        row["all"].append(evals(folder).get("after RL", {}).get("success"))
+        by_step = {}
+        for r in read(os.path.join(folder, "rollouts.jsonl")):
+            if "redundant" in r:
+                by_step.setdefault(r["step"], []).append(r["redundant"])
+        row["train"].append([(s, statistics.fmean(v)) for s, v in sorted(by_step.items())])
+    return out
+
+
+def gap(res, a, b, key="redundant"):
+    """(mean of a - mean of b, its standard error) over seeds, after RL; None when either is missing."""
+    xa, xb = ([x for x in res[n]["after"][key] if x is not None] for n in (a, b))
+    if len(xa) < 2 or len(xb) < 2:
+        return None
+    d = statistics.fmean(xa) - statistics.fmean(xb)
+    return d, (statistics.variance(xa) / len(xa) + statistics.variance(xb) / len(xb)) ** 0.5
+
+
+def falsifiers(res, ks):
+    """The README's pre-registered falsifiers (a)-(c), checked on the held-out redundant-call rate."""
+    if 0 not in ks or len(ks) < 2:
+        return ["(falsifiers need K = 0 and another K)"]
+    k = max(ks)
+    lines = []
+    g = gap(res, f"grpo-k{k}", "grpo-k0")
+    if g:
+        lines.append(f"(a) grpo K={k} - K=0: {g[0]:+.3f} ± {g[1]:.3f} (SE) -> "
+                     + ("misattribution shown (above 2 SE)" if g[0] > 2 * g[1] else "FALSIFIED: not above 2 SE"))
+    g = gap(res, f"slca-k{k}", "slca-k0")
+    if g:
+        lines.append(f"(b) slca K={k} - K=0: {g[0]:+.3f} ± {g[1]:.3f} (SE) -> "
+                     + ("LEAKAGE: differs by more than 2 SE" if abs(g[0]) > 2 * g[1] else "no leakage (within 2 SE)"))
+    moved = []
+    for name, r in res.items():
+        pairs = [(b, a) for b, a in zip(r["before"]["redundant"], r["after"]["redundant"]) if None not in (a, b)]
+        d = [a - b for b, a in pairs]
+        se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else 0.0
+        moved.append(bool(d) and abs(statistics.fmean(d)) > 2 * se)
+    lines.append("(c) " + ("some run moved from the SFT start by more than 2 SE" if any(moved)
+                           else "INCONCLUSIVE: no run moved from the SFT start by more than 2 SE"))
+    return lines
+
+
+def bonus_table(res, ks):
+    head = ("| run | " + " | ".join(f"{t} before -> after" if k == "redundant" else t for k, t in BONUS_METRICS)
+            + " | Success@0.9 (all) | sampled redundant, first -> last 5 steps |")
+    lines = ["Marked eval prompts (the bonus kinds), greedy; mean ± std over seeds.", "", head,
+             "|" + "---|" * (len(BONUS_METRICS) + 3)]
+    for name, r in res.items():
+        first = [statistics.fmean([v for _, v in t[:SMOOTH]]) if t else None for t in r["train"]]
+        last = [statistics.fmean([v for _, v in t[-SMOOTH:]]) if t else None for t in r["train"]]
+        cells = [f"{fmt(r['before']['redundant'])} -> {fmt(r['after']['redundant'])}"]
+        cells += [fmt(r["after"][k]) for k, _ in BONUS_METRICS[1:]]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {fmt(r['all'])} | {fmt(first)} -> {fmt(last)} |")
+    lines += ["", "Per seed, held-out redundant-call rate before -> after RL:", ""]
+    for name, r in res.items():
+        lines.append(f"- {name}: " + ", ".join(f"seed {s}: {b} -> {a}" for s, b, a in
+                                                zip(r["seeds"], r["before"]["redundant"], r["after"]["redundant"])))
+    return "\n".join(lines + ["", "Falsifiers (README):", ""] + ["- " + x for x in falsifiers(res, ks)]) + "\n"
+
+
+def plot_bonus(res, path):
+    if (made := figure(path, 1, 7)) is None:
+        return
+    fig, axes = made
+    ax = axes if not hasattr(axes, "__len__") else axes[0]
+    for i, (name, r) in enumerate(res.items()):
+        steps = sorted({s for t in r["train"] for s, _ in t})
+        if not steps:
+            continue
+        curves_ = [[{"step": s, "r": v} for s, v in t] for t in r["train"]]
+        ys = [[smooth(c, "r", s) for c in curves_] for s in steps]
+        ys = [[y for y in v if y is not None] for v in ys]
+        keep = [(s, v) for s, v in zip(steps, ys) if v]
+        ax.plot([s for s, _ in keep], [statistics.fmean(v) for _, v in keep], color=f"C{i}", label=name,
+                linestyle="-" if name.startswith("grpo") else "--")
+        ax.fill_between([s for s, _ in keep], [min(v) for _, v in keep], [max(v) for _, v in keep], color=f"C{i}",
+                        alpha=0.12)
+    ax.set(title=f"Training rollouts on marked prompts: redundant-call rate, {SMOOTH}-step mean", xlabel="RL step",
+           ylim=(-0.02, 1.02))
+    save(fig, [ax], path)
 
 
 def mean_std(xs):
@@ -251,6 +372,9 @@ def main(argv=None):
     p.add_argument("--noise", type=float, nargs="+", default=None,
                    help="judge-noise levels: run SLCA and GRPO at each instead of --algos (p = 0 reuses "
                         "the comparison's runs in the same --out)")
+    p.add_argument("--bonus", type=int, nargs="+", default=None, choices=[0, 1, 2], metavar="K",
+                   help="the diagnostic: SLCA and GRPO on the bonus world at each K, from one SFT start per seed")
+    p.add_argument("--world-scale", type=float, default=1.0, help="--bonus: the generated world's size (tests: small)")
     p.add_argument("--size", choices=["demo", "toy"], default="demo",
                    help="toy: a few seconds per run (the smoke test)")
     p.add_argument("--out", default="runs/reproduce")
@@ -262,7 +386,14 @@ def main(argv=None):
     extra = (TOY if a.size == "toy" else []) + extra
     t0 = time.time()
 
-    if a.noise:
+    start_flags = []
+    if a.bonus is not None:  # one world per K; their SFT data are one file's bytes, so one SFT start per seed
+        worlds = {k: bonus_world(out, k, a.world_scale) for k in a.bonus}
+        w0 = worlds[a.bonus[0]]
+        start_flags = ["--data", w0["rl"], "--sft-data", w0["sft"]]
+        plan = [(f"{algo}-k{k}", ALGOS[algo] + ["--data", worlds[k]["rl"], "--eval-data", worlds[k]["eval"]])
+                for k in a.bonus for algo in NOISE_ALGOS]
+    elif a.noise:
         plan = [noise_run(algo, p) for p in a.noise for algo in NOISE_ALGOS]
     else:
         plan = [(name, ALGOS[name]) for name in a.algos]
@@ -272,32 +403,37 @@ def main(argv=None):
         for name, flags in plan:
             runs[(name, seed)] = os.path.join(out, f"{name}-s{seed}")
     with ThreadPoolExecutor(a.jobs) as pool:  # the SFT starts first, then every RL run from them
-        ran = list(pool.map(lambda s: run_train(["--seed", str(s)] + extra + ["--steps", "0", "--eval-data", ""],
+        ran = list(pool.map(lambda s: run_train(["--seed", str(s)] + extra + start_flags + ["--steps", "0", "--eval-data", ""],
                                                 starts[s], a.jobs), a.seeds))
         ran += pool.map(lambda job: run_train(["--model", os.path.join(starts[job[1]], "sft"), "--seed", str(job[1])]
                                               + preset_flags(extra) + dict(plan)[job[0]] + ["--sft-data", ""],
                                               runs[job], a.jobs), runs)
 
-    res = summarize(runs)
-    text = table(res)
+    res = bonus_summary(runs) if a.bonus is not None else summarize(runs)
+    text = bonus_table(res, a.bonus) if a.bonus is not None else table(res)
     wall = time.time() - t0
     kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""
     header = (f"# reproduce.py {' '.join(argv)}\n\nseeds {a.seeds}, wall time {wall:.0f}s ({a.jobs} runs at a time, "
               f"{1 if a.jobs > 1 else os.environ.get('OMP_NUM_THREADS', 'default')} thread(s) each{kept}); "
               "held-out eval split, greedy.\n\n")
-    stem = "noise" if a.noise else "table"  # the sweep's outputs sit beside the comparison's
+    stem = "bonus" if a.bonus is not None else "noise" if a.noise else "table"  # beside the comparison's
     with open(os.path.join(out, f"{stem}.md"), "w") as f:
         f.write(header + text)
     with open(os.path.join(out, f"{stem}.json"), "w") as f:
-        json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "wall_s": wall, "results": res}, f, indent=1)
-    plot_curves(res, os.path.join(out, f"{stem}-curves.png" if a.noise else "curves.png"))
+        json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "bonus": a.bonus, "wall_s": wall, "results": res},
+                  f, indent=1)
+    if a.bonus is not None:
+        plot_bonus(res, os.path.join(out, "bonus.png"))
+        pngs = "bonus.png"
+    else:
+        plot_curves(res, os.path.join(out, f"{stem}-curves.png" if a.noise else "curves.png"))
+        pngs = "noise-curves.png, noise.png" if a.noise else "curves.png, demo.png"
     if "slca" in res and not a.noise:  # the demo's own curve: slca of seed s is `python train.py --seed s`
         plot_curves({"slca": res["slca"]}, os.path.join(out, "demo.png"))
     if a.noise:
         plot_noise(res, a.noise, os.path.join(out, "noise.png"))
     print("\n" + header + text)
-    print(f"wall time {wall:.0f}s{kept}; outputs in {out}/ ({stem}.md, {stem}.json, "
-          f"{'noise-curves.png, noise.png' if a.noise else 'curves.png, demo.png'})")
+    print(f"wall time {wall:.0f}s{kept}; outputs in {out}/ ({stem}.md, {stem}.json, {pngs})")
     return res
 
 

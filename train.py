@@ -549,7 +549,7 @@ def main(argv=None):
         m["elapsed"] = time.time() - t_start
         log(m)
         rows = [{"step": step, "group": r.group, "question": r.task.question, "turns": r.turns, "stop": r.stop,
-                 **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum")},
+                 **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum", "redundant") if k in s},
                  "adv_tool": float(at[i]), "adv_sum": float(asum[i])} for i, (r, s) in enumerate(zip(rs, scores))]
         for row in gather(rows):
             log(row, "rollouts")

@@ -63,3 +63,39 @@ def test_noise_mode_runs_slca_and_grpo_per_level(tmp_path):
     assert (out / "slca@0.5-s0.log").exists()  # --jobs 2 (the default): each run in its own process
     assert (out / "noise.png").exists() and "grad cosine" in (out / "noise.md").read_text()
     assert not (out / "table.md").exists()
+
+
+def test_bonus_mode_runs_slca_and_grpo_per_k_from_one_sft_start(tmp_path):
+    """--bonus: one world per K (the same SFT file), one SFT start per seed, SLCA and GRPO on
+    each K; the table holds the marked prompts' redundant-call rate and the falsifier lines."""
+    out = tmp_path / "bonus"
+    res = reproduce.main(["--size", "toy", "--jobs", "1", "--seeds", "0", "--bonus", "0", "1", "--world-scale",
+                          "0.1", "--out", str(out), "--", "--eval-limit", "40", "--prompts-per-step", "4",
+                          "--mini-batch", "2"])
+    assert sorted(res) == ["grpo-k0", "grpo-k1", "slca-k0", "slca-k1"]
+    assert (out / "world-k0" / "sft.jsonl").read_bytes() == (out / "world-k1" / "sft.jsonl").read_bytes()
+    cfg = json.loads((out / "slca-k1-s0" / "config.json").read_text())
+    assert cfg["model"] == str(out / "sft-s0" / "sft") and cfg["data"].endswith("world-k1/rl.jsonl")
+    assert json.loads((out / "grpo-k0-s0" / "config.json").read_text())["algo"] == "grpo"
+    r = res["grpo-k1"]
+    assert all(x is not None for x in r["before"]["redundant"] + r["after"]["redundant"])  # marked eval prompts
+    assert any(t for t in r["train"])  # the sampled rate, from rollouts.jsonl
+    text = (out / "bonus.md").read_text()
+    assert "redundant before -> after" in text and "Falsifiers" in text
+    assert (out / "bonus.png").stat().st_size > 1000
+
+
+def test_bonus_falsifiers_read_the_gaps_against_two_standard_errors():
+    def run(before, after):
+        return {"before": {"redundant": before}, "after": {"redundant": after}}
+    res = {"slca-k0": run([0.5, 0.5, 0.5], [0.20, 0.22, 0.18]), "slca-k1": run([0.5, 0.5, 0.5], [0.21, 0.19, 0.20]),
+           "grpo-k0": run([0.5, 0.5, 0.5], [0.40, 0.42, 0.38]), "grpo-k1": run([0.5, 0.5, 0.5], [0.80, 0.78, 0.82])}
+    a, b, c = reproduce.falsifiers(res, [0, 1])
+    assert "misattribution shown" in a and "+0.400" in a
+    assert "no leakage" in b and "some run moved" in c
+    res["slca-k1"] = run([0.5] * 3, [0.60, 0.62, 0.58])   # SLCA's rate follows K: leakage
+    res["grpo-k1"] = run([0.5] * 3, [0.41, 0.39, 0.40])   # GRPO's does not: (a) falsified
+    a, b, _ = reproduce.falsifiers(res, [0, 1])
+    assert "FALSIFIED" in a and "LEAKAGE" in b
+    still = {k: run([0.5] * 3, [0.49, 0.51, 0.50]) for k in res}
+    assert "INCONCLUSIVE" in reproduce.falsifiers(still, [0, 1])[2]
