@@ -40,6 +40,18 @@ PRESENT rollout makes that group's statistics undefined, so every member of the 
 0 for that segment (no update from it, the others untouched); nothing raises, and the
 caller counts such rewards with `(~r.isfinite() & present).sum()`.
 
+Per-turn credit (`--turn-credit ω`, a project extension, off by default; README Eq. 14): tool
+turn k of rollout i has its own reward R_{i,k} (rewards.turn_rewards: Eq. 2 against gold
+step k), normalised within the group over the rollouts that have a turn k:
+
+    Â_{i,k} = (R_{i,k} - mean_{P_k} R_{·,k}) / (std_{P_k} R_{·,k} + ε),   P_k = {j in g : turn k exists}
+    A_{i,t} = λ_tool·(Â_i^tool + ω·Â_{i,k(t)})·tool_mask_{i,t} + λ_sum·Â_i^sum·summary_mask_{i,t}    (Eq. 14)
+
+Turns are aligned by position (turn k with turn k), the simplest grouping with no state
+matching; GiGPO's anchor-state grouping would instead pool turns that start from the same
+environment state (the same observations so far), which lines up calls that follow the same
+plan even when an earlier turn was split or repeated. ω = 0 is SLCA exactly (`route`).
+
 Simplification: GRPO uses the same fewer-than-two rule (a lone rollout gets 0); verl instead
 gives a group of one mean 0 and std 1. The two agree for every G >= 2.
 
@@ -107,6 +119,27 @@ def toolpo_advantages(r_succ, r_action, present, tool_present, group_ids, lam_ac
     adv_succ = torch.where(present & (count[g] == 1) & r_succ.isfinite(), alone, adv_succ)
     adv_action = lam_action * group_normalize(r_action, tool_present, group_ids, eps, norm_by_std)
     return adv_succ, adv_action
+
+
+def turn_advantages(r_turn, turn_present, group_ids, eps=EPS, norm_by_std=True):
+    """Eq. 14's Â_{i,k}: r_turn (B, K) per-turn rewards, turn_present (B, K) bool; each turn
+    position k of each group is its own group of Eq. 7's statistics. Returns (B, K)."""
+    B, K = r_turn.shape
+    _, g = torch.unique(group_ids, return_inverse=True)        # (B,) dense ids
+    ids = (g[:, None] * K + torch.arange(K)).reshape(-1)       # (B·K,) one group per (group, k)
+    return group_normalize(r_turn.reshape(-1), turn_present.reshape(-1), ids, eps, norm_by_std).reshape(B, K)
+
+
+def route_turns(adv_tool, adv_sum, adv_turn, runs, tool_mask, summary_mask, omega, lam_tool=1.0):
+    """Eq. 14: per-token advantages (B, T). adv_tool and adv_sum as `route` (λ applied);
+    adv_turn (B, K) from turn_advantages; runs (B, T) from segment.run_index (turn k = run k).
+    ω = 0 returns `route` itself, bit for bit."""
+    if omega == 0 or adv_turn.shape[1] == 0:
+        return route(adv_tool, adv_sum, tool_mask, summary_mask)
+    k = runs.clamp(0, adv_turn.shape[1] - 1)                   # (B, T) turn of each token
+    per_token = adv_turn.gather(1, k)                          # (B, T)
+    tool = adv_tool[:, None] + lam_tool * omega * per_token    # (B, T)
+    return torch.where(tool_mask.bool(), tool, 0.0) + torch.where(summary_mask.bool(), adv_sum[:, None], 0.0)
 
 
 def route(adv_tool, adv_sum, tool_mask, summary_mask):

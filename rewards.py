@@ -193,6 +193,29 @@ def _process(text, gold, allowed_tools, weights, strict):
     return s, pred, gold_flat
 
 
+def turn_rewards(turn_texts, gold_tool_calls, allowed_tools, weights=None, strict=False):
+    """Per-turn tool rewards for `--turn-credit` (README Eq. 14): one S_process per tool turn.
+
+    turn_texts: the policy's text of each tool-segment turn, in order (every assistant turn but
+    the last, Eq. 1). Turn k is scored by Eq. 2's five parts, with the same weights, against gold
+    step k alone: its format, the Name F1 of its calls against step k's, the keys and values of
+    step k's calls, and whether its first valid block holds as many calls as step k (the
+    parallel part, so a later parallel step is judged too). A turn with no `<tool_call>` tag
+    where step k has calls is an omission there (0). A turn past the last gold step scores 0:
+    the gold asks for nothing there. A gold step that no turn reached gets no turn reward (the
+    segment's S_process already counts its missing calls). Returns a list of floats.
+    """
+    gold = normalize_gold(gold_tool_calls)
+    out = []
+    for k, text in enumerate(turn_texts):
+        if k >= len(gold):
+            out.append(0.0)
+            continue
+        s, _, _ = _process(text, [gold[k]], allowed_tools, weights, strict)
+        out.append(s["process"])
+    return out
+
+
 def _key_value(pred, gold_with_args):
     """Greedy per-gold-call matching of keys (Jaccard) and values (loose_equal share)."""
     if not gold_with_args:

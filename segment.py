@@ -104,6 +104,16 @@ def segment_masks(response_mask):
     return tool.to(dtype), summary.to(dtype), tool.any(dim=1), summary.any(dim=1)
 
 
+def run_index(response_mask):
+    """The index of the run (assistant turn) each policy token belongs to: (B, T) long, 0 for
+    the first run of a row, -1 off the mask. Turn k of the tool segment is run k (Eq. 1)."""
+    m = response_mask.bool()                                   # (B, T)
+    prev = torch.zeros_like(m)
+    prev[:, 1:] = m[:, :-1]
+    runs = (m & ~prev).long().cumsum(dim=1) - 1                # (B, T) runs started so far, minus one
+    return torch.where(m, runs, -1)
+
+
 def strip_think(text):
     """Drop think blocks (SPEC §2), as the release's `<think(?:ing)?>.*?</think(?:ing)?>`, in linear time."""
     out, pos = [], 0

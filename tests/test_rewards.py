@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 
 from release_reward import PARTS, release_parts
 from rewards import (MAX_JUDGE_CHARS, FactsJudge, NoisyJudge, loose_equal, normalize_gold, predicted_calls, process_score, score,
-                     summary_score)
+                     summary_score, turn_rewards, WEIGHTS)
 from test_segment import FUZZ, MB, SOUP, fast
 
 DEEP = []  # a list nested 10,000 deep: str() and json.dumps() of it raise RecursionError
@@ -429,3 +429,53 @@ def test_noisy_judge_replaces_a_share_p_of_ratings_uniformly():
     assert out["summary"] in {0.0, 0.25, 0.5, 0.75, 1.0}
     assert score(block(call("f", x=1)) + "It is 42 here.", "It is 42 here.", [], t,
                  NoisyJudge(FixedJudge(5), 1.0))["summary"] == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# per-turn tool rewards (--turn-credit, Eq. 14)
+# --------------------------------------------------------------------------------------------
+def turn_loop(turn_texts, gold, allowed):
+    """Reference: turn k against gold step k alone, by the release's own rules (release_parts
+    on a one-step gold); 0 past the last gold step; an omission there is 0."""
+    steps, _ = __import__("release_reward").gold_calls(gold)
+    out = []
+    for k, text in enumerate(turn_texts):
+        if k >= len(steps):
+            out.append(0.0)
+            continue
+        p = release_parts(text, [steps[k]], allowed)
+        out.append(0.0 if p["omission"] else sum(WEIGHTS[x] * p[x] for x in PARTS))
+    return out
+
+
+STEP_A = [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_weather", "arguments": {"city": "Rome"}}]
+STEP_B = [{"name": "get_quote", "arguments": {"ticker": "ACME"}}]
+TURN_A = '<tool_call>[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_weather", "arguments": {"city": "Rome"}}]</tool_call>'
+TURN_A1 = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+TURN_B = '<tool_call>{"name": "get_quote", "arguments": {"ticker": "ACME"}}</tool_call>'
+TURN_BAD = '<tool_call>{"name": "get_quote", "arguments": </tool_call>'
+ALLOWED = ["get_weather", "get_quote"]
+
+
+@pytest.mark.parametrize("turns, gold", [
+    ([TURN_A, TURN_B], [STEP_A, STEP_B]),                       # both right
+    ([TURN_A1, TURN_B], [STEP_A, STEP_B]),                      # the parallel step split: turn 0 loses parallel and name
+    ([TURN_A1, TURN_A1, TURN_B], [STEP_A, STEP_B]),             # more turns than steps: the last scores 0
+    ([TURN_A], [STEP_A, STEP_B]),                               # fewer turns than steps
+    ([TURN_BAD, TURN_B], [STEP_A, STEP_B]),                     # a malformed block
+    (["<think>x</think>I will look.", TURN_B], [STEP_A, STEP_B]),  # no tag in turn 0: an omission there
+    ([TURN_B], []),                                             # no gold: past the last step
+    ([TURN_A, TURN_B], json.dumps([STEP_A, STEP_B])),           # the release's JSON-string gold
+    ([TURN_B], ["get_quote"]),                                  # a flat step of bare names
+    ([TURN_A, TURN_B], [[{"name": "get_weather", "arguments": {"city": "Paris"}}, 7], [], STEP_B]),  # junk dropped
+])
+def test_turn_rewards_match_the_loop(turns, gold):
+    got = turn_rewards(turns, gold, ALLOWED)
+    assert got == pytest.approx(turn_loop(turns, gold, ALLOWED))
+    assert len(got) == len(turns)
+
+
+def test_turn_rewards_tell_a_right_turn_from_a_wrong_one():
+    right, wrong = turn_rewards([TURN_A, TURN_B], [STEP_A, STEP_B], ALLOWED), turn_rewards([TURN_A, TURN_A1], [STEP_A, STEP_B], ALLOWED)
+    assert right == pytest.approx([1.0, 1.0]) and wrong[0] == pytest.approx(1.0) and wrong[1] < 0.5
+    assert process_score(TURN_A + TURN_A1, [STEP_A, STEP_B], ALLOWED)["process"] > wrong[1]  # the pooled score hides it
