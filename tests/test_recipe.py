@@ -185,3 +185,22 @@ def test_keep_failed_trains_on_failed_rollouts_and_the_gate_reaches_the_scorer(t
     assert m["judge_failed"] == 0.25                                # still counted
     assert seen["mask"].sum(1).min() > 0                            # but every rollout keeps its tokens
     assert seen["gate"] == "release" and seen["tok"] is not None
+
+
+# --------------------------------------------------------------------------------------------
+# bench/plan.py: the estimate's arithmetic
+def test_plan_counts_the_passes_of_a_step():
+    from transformers import Qwen2Config
+    from bench import plan as P
+    cfg = Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    cfg._attn_implementation = "sdpa"
+    n, f, ratio = P.measure(cfg, 16)
+    layer = 64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128                  # q, o; k, v; gate, up, down
+    assert f == pytest.approx(3 * 2 * layer + 2 * 64 * 1000 + 3 * 2 * 16 * 64, rel=0.02)  # + causal attention
+    assert ratio == pytest.approx(2.0, rel=0.01)
+    r = P.plan(cfg, gpus=2, gen_batch=4, micro_batch=1, prompt=8, response=8)
+    assert r["tokens"] == P.PROMPTS * 8 + P.ROLLOUTS * 8
+    s = r["flops"]["sampling"]
+    assert r["flops"]["log-probs"] == pytest.approx(2 * s) and r["flops"]["update"] == pytest.approx(4 * s)
+    assert r["states"] == n * 18 / 2 and r["kv_per_token"] == 2 * 3 * 32 * 2
