@@ -36,9 +36,12 @@ The summary score is 0 when the trajectory received no tool response or when the
 response is shorter than 10 characters; otherwise a judge rates it. Which tool responses
 count is the summary gate (GATES, chosen by the caller): "real" passes only the responses of
 calls that passed the simulator's checks and got an answer, so irrelevant prompts and failed
-calls never earn summary credit; "release" passes `release_responses` of the decoded
-trajectory: the body of every `<tool_response>` block, error observations and blocks the
-policy wrote itself included (the released reward's `_extract_tool_responses`). A judge is any object with
+calls never earn summary credit; "release" is the released reward's summary rule on the
+decoded trajectory: `release_responses`, the body of every `<tool_response>` block, error
+observations and blocks the policy wrote itself included (its `_extract_tool_responses`),
+and `release_final`, the text after the last tool response, even a turn cut at the cap (its
+`_extract_final_response`; summary_score drops think blocks once more, which changes the
+text only where dropping one block joins the halves of a new one). A judge is any object with
 `rate(question, tool_responses, response, facts) -> int | None`; it gets at most
 MAX_JUDGE_CHARS of each text. A rating that is not 1..5 scores 0; a ConnectionError
 (transport failure after retries) scores 0 and sets `judge_failed` so the trainer can drop
@@ -65,7 +68,7 @@ import random
 import re
 from collections import Counter
 
-from segment import CLOSE, OPEN, find_blocks, loads, parse_block, strip_think
+from segment import CLOSE, OPEN, drop_blocks, find_blocks, loads, parse_block, strip_think
 
 WEIGHTS = {"format": 0.10, "name": 0.25, "key": 0.15, "value": 0.20, "parallel": 0.30}  # SPEC §2.1
 OMISSION_SCORE = -0.5      # SPEC §2.3: gold has calls, the response makes none
@@ -249,6 +252,22 @@ def release_responses(text):
         out.append(text[i + len(RESP_OPEN):j].strip())
         pos = j + len(RESP_CLOSE)
     return out
+
+
+def release_final(text):
+    """The release's final response of a decoded trajectory, in linear time: think blocks
+    dropped, then the text after the last `</tool_response>`; when that is empty, the text
+    after the last `</tool_call>` ("" if it holds a `<tool_response>` or starts with a
+    `<tool_call>`); with neither tag, the text without its `<tool_call>` blocks."""
+    text = strip_think(text)
+    end = text.rfind(RESP_CLOSE)
+    if end >= 0 and (final := text[end + len(RESP_CLOSE):].strip()):
+        return final
+    end = text.rfind(CLOSE)
+    if end >= 0:
+        final = text[end + len(CLOSE):].strip()
+        return "" if RESP_OPEN in final or final.startswith(OPEN) else final
+    return drop_blocks(text).strip()
 
 
 def summary_score(final_response, question, tool_responses, judge, facts=None):

@@ -180,9 +180,10 @@ def get_args(argv=None):
     g.add_argument("--schema-check", choices=["full", "light"], default=None,
                    help="full = JSON-Schema validation after check 3; light = stop at check 3 (the released code's)")
     g.add_argument("--summary-gate", choices=rewards.GATES, default=rewards.GATES[0],
-                   help="what opens S_sum and is shown to the judge: real = the tool responses of calls that passed "
-                        "the checks and were answered; release = every <tool_response> block of the decoded "
-                        "trajectory, error observations included (the released reward's)")
+                   help="what opens S_sum and what the judge rates: real = the final turn (none when it holds a "
+                        "call), on the tool responses of calls that passed the checks and were answered; release = "
+                        "the released reward's: the text after the last tool response, on every <tool_response> "
+                        "block of the decoded trajectory, error observations included")
     g.add_argument("--keep-failed", action="store_true",
                    help="train on rollouts that lost a tool or judge answer to an endpoint failure, as the release "
                         "does (the failure's error text stays in the trajectory, a failed rating scores 0); "

@@ -204,3 +204,46 @@ def test_plan_counts_the_passes_of_a_step():
     s = r["flops"]["sampling"]
     assert r["flops"]["log-probs"] == pytest.approx(2 * s) and r["flops"]["update"] == pytest.approx(4 * s)
     assert r["states"] == n * 18 / 2 and r["kv_per_token"] == 2 * 3 * 32 * 2
+
+
+def release_final_regex(text):
+    """The released reward's _extract_final_response, as it is written there."""
+    think = re.compile(r"<think(?:ing)?>(.*?)</think(?:ing)?>", re.DOTALL)
+    text = think.sub("", text)
+    end = text.rfind("</tool_response>")
+    if end != -1 and text[end + len("</tool_response>"):].strip():
+        return text[end + len("</tool_response>"):].strip()
+    end = text.rfind("</tool_call>")
+    if end != -1:
+        final = text[end + len("</tool_call>"):].strip()
+        if "<tool_response>" in final:
+            return ""
+        return final if final and not final.startswith("<tool_call>") else ""
+    return re.sub(r"<tool_call>(.*?)</tool_call>", "", text, flags=re.DOTALL).strip()
+
+
+def test_release_final_is_the_release_rule_and_linear():
+    rng = random.Random(1)
+    parts = ["<tool_response>", "</tool_response>", "<tool_call>", "</tool_call>", "<think>", "</thinking>",
+             "ab", " ", "\n"]
+    for _ in range(3000):
+        text = "".join(rng.choice(parts) for _ in range(rng.randrange(12)))
+        assert rewards.release_final(text) == release_final_regex(text), text
+    ops = {}
+    for n in (20_000, 40_000):
+        text = "<think><tool_call>" * n
+        t = time.process_time()
+        rewards.release_final(text)
+        ops[n] = time.process_time() - t
+    assert ops[40_000] < 3 * ops[20_000] + 0.05
+
+
+def test_release_gate_judges_a_turn_cut_at_the_cap():
+    task = Task(messages=[], tools=[], allowed_tools=["f"], gold=[[{"name": "f", "arguments": {"x": 1}}]],
+                question="What is f of 1?", parallel_type="single_step_single_tool", facts=["42"])
+    capped = "f of 1 is 42, one more. " + CALL.replace("1", "2")    # the last turn holds a call: cut at the cap
+    r = decoded_rollout(task, [(CALL, ['{"y": 42}']), (capped, [])], ['{"y": 42}'])
+    r.final = ""                                                    # Rollout.final of such a turn
+    real, = E.score_rollouts([r], rewards.FactsJudge())
+    release, = E.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tokenizer())
+    assert real["summary"] == 0.0 and release["summary"] == 1.0     # the release rates the text after the response
