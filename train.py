@@ -17,15 +17,16 @@ With no --model the run builds the embedded default: a tokenizer trained on the 
 world and a tiny random Qwen2 (tiny.py), then runs SFT, SLCA-GRPO and a before/after eval,
 with settings sized for a 2-core CPU. Naming a --model switches every default to the paper's
 recipe (bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, one RL epoch, SFT
-without weight decay, the release's loss aggregation, turn caps and schema check) and, without data flags, to the release's data splits (fetched
-from the Hugging Face hub by data.release_files). Flags always win over the preset; the
-resolved config is printed and saved whole.
+without weight decay, the release's loss aggregation, turn caps and schema check) and, without
+data flags, to the release's data splits (fetched from the Hugging Face hub by
+data.release_files). Flags always win over the preset; the resolved config is printed and
+saved whole.
 
 Safety (the policy is an adversary): a rollout whose tool call or judge failed at the transport
-level is dropped from the loss (--keep-failed trains on it, as the release does) and counted, and
-the step stops past --max-fail-rate; the loss
-and the gradient norm are checked before every optimizer step, a non-finite update is skipped
-and counted, --max-bad-updates in a row stop the run, and non-finite weights are never saved.
+level is dropped from the loss (--keep-failed trains on it, as the release does) and counted,
+and the step stops past --max-fail-rate; the loss and the gradient norm are checked before
+every optimizer step, a non-finite update is skipped and counted, --max-bad-updates in a row
+stop the run, and non-finite weights are never saved.
 Logs are strict JSON (a non-finite number is written as null).
 
 Distributed (torchrun, any number of processes on one or several nodes; the process,
