@@ -32,10 +32,16 @@ release's rules, where SPEC §2 is silent or says otherwise:
 an omission is gold with calls but no valid call, so neither `<tool_call>[]</tool_call>` nor
 garbage between the tags escapes the -0.5 or beats a direct answer on an irrelevant prompt.
 
-The summary score is 0 when the trajectory received no tool response (callers pass only
-REAL responses: calls that passed the simulator's checks and got an answer, so irrelevant
-prompts and failed calls never earn summary credit) or when the final response is shorter
-than 10 characters; otherwise a judge rates it. A judge is any object with
+The summary score is 0 when the trajectory received no tool response or when the final
+response is shorter than 10 characters; otherwise a judge rates it. Which tool responses
+count is the summary gate (GATES, chosen by the caller): "real" passes only the responses of
+calls that passed the simulator's checks and got an answer, so irrelevant prompts and failed
+calls never earn summary credit; "release" is the released reward's summary rule on the
+decoded trajectory: `release_responses`, the body of every `<tool_response>` block, error
+observations and blocks the policy wrote itself included (its `_extract_tool_responses`),
+and `release_final`, the text after the last tool response, even a turn cut at the cap (its
+`_extract_final_response`; summary_score drops think blocks once more, which changes the
+text only where dropping one block joins the halves of a new one). A judge is any object with
 `rate(question, tool_responses, response, facts) -> int | None`; it gets at most
 MAX_JUDGE_CHARS of each text. A rating that is not 1..5 scores 0; a ConnectionError
 (transport failure after retries) scores 0 and sets `judge_failed` so the trainer can drop
@@ -62,13 +68,15 @@ import random
 import re
 from collections import Counter
 
-from segment import CLOSE, OPEN, find_blocks, loads, parse_block, strip_think
+from segment import CLOSE, OPEN, drop_blocks, find_blocks, loads, parse_block, strip_think
 
 WEIGHTS = {"format": 0.10, "name": 0.25, "key": 0.15, "value": 0.20, "parallel": 0.30}  # SPEC §2.1
 OMISSION_SCORE = -0.5      # SPEC §2.3: gold has calls, the response makes none
 MIN_SUMMARY_CHARS = 10     # SPEC §2.2: shorter final responses score 0
 MAX_JUDGE_CHARS = 32_768   # per text handed to a judge: 8,192 response tokens (SPEC §6) at ~4 characters a token
 BOOLS = {"true": True, "false": False, "1": True, "0": False}  # SPEC §2.1 loose_equal
+GATES = ("real", "release")  # what opens S_sum: real tool responses only, or any <tool_response> block (the release's)
+RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 
 
 def normalize_gold(gold):
@@ -256,6 +264,33 @@ def _strict_hits(pred, gold_flat):
                 hits += 1
                 break
     return hits
+
+
+def release_responses(text):
+    """The stripped bodies of the `<tool_response>…</tool_response>` blocks of a decoded
+    trajectory, in order, in linear time: what the release's non-greedy regex finds (each
+    block ends at the first closing tag after its opening one)."""
+    out, pos = [], 0
+    while (i := text.find(RESP_OPEN, pos)) >= 0 and (j := text.find(RESP_CLOSE, i + len(RESP_OPEN))) >= 0:
+        out.append(text[i + len(RESP_OPEN):j].strip())
+        pos = j + len(RESP_CLOSE)
+    return out
+
+
+def release_final(text):
+    """The release's final response of a decoded trajectory, in linear time: think blocks
+    dropped, then the text after the last `</tool_response>`; when that is empty, the text
+    after the last `</tool_call>` ("" if it holds a `<tool_response>` or starts with a
+    `<tool_call>`); with neither tag, the text without its `<tool_call>` blocks."""
+    text = strip_think(text)
+    end = text.rfind(RESP_CLOSE)
+    if end >= 0 and (final := text[end + len(RESP_CLOSE):].strip()):
+        return final
+    end = text.rfind(CLOSE)
+    if end >= 0:
+        final = text[end + len(CLOSE):].strip()
+        return "" if RESP_OPEN in final or final.startswith(OPEN) else final
+    return drop_blocks(text).strip()
 
 
 def summary_score(final_response, question, tool_responses, judge, facts=None):

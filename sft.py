@@ -57,7 +57,7 @@ def warm_start(model, tok, convs, a, log):
     data = [example(tok, c, a.sft_max_len) for c in tqdm(convs, desc="sft tokenize", leave=False)]
     steps = a.sft_epochs * math.ceil(len(data) / a.sft_batch)
     warm = max(1, int(a.sft_warmup * steps))
-    opt = torch.optim.AdamW(model.parameters(), lr=a.sft_lr, weight_decay=a.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.sft_lr, weight_decay=a.sft_weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
     rng = random.Random(a.seed)

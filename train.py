@@ -16,15 +16,17 @@ Stages (SPEC §7):
 With no --model the run builds the embedded default: a tokenizer trained on the shipped tool
 world and a tiny random Qwen2 (tiny.py), then runs SFT, SLCA-GRPO and a before/after eval,
 with settings sized for a 2-core CPU. Naming a --model switches every default to the paper's
-recipe (bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, the release's
-loss aggregation and turn caps) and, without data flags, to the release's data splits (fetched
-from the Hugging Face hub by data.release_files). Flags always win over the preset; the
-resolved config is printed and saved whole.
+recipe (bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, one RL epoch, SFT
+without weight decay, the release's loss aggregation, turn caps and schema check) and, without
+data flags, to the release's data splits (fetched from the Hugging Face hub by
+data.release_files). Flags always win over the preset; the resolved config is printed and
+saved whole.
 
 Safety (the policy is an adversary): a rollout whose tool call or judge failed at the transport
-level is dropped from the loss and counted, and the step stops past --max-fail-rate; the loss
-and the gradient norm are checked before every optimizer step, a non-finite update is skipped
-and counted, --max-bad-updates in a row stop the run, and non-finite weights are never saved.
+level is dropped from the loss (--keep-failed trains on it, as the release does) and counted,
+and the step stops past --max-fail-rate; the loss and the gradient norm are checked before
+every optimizer step, a non-finite update is skipped and counted, --max-bad-updates in a row
+stop the run, and non-finite weights are never saved.
 Logs are strict JSON (a non-finite number is written as null).
 
 Distributed (torchrun, any number of processes on one or several nodes; the process,
@@ -75,14 +77,18 @@ from simulator import Simulator
 
 # ---------------------------------------------------------------------------------------------
 # presets: the paper's recipe (SPEC §7) for a named model, a CPU-sized one for the embedded demo
+EPOCHS = 1  # RL epochs over --data: the paper's and the release's yaml (its launchers default to 5)
+# the release's SFT ran LLaMA-Factory with no weight_decay set (transformers' default, 0); its schema check stops at
+# check 3 (light). The demo keeps SFT weight decay 0.01 and the full check, the settings its README numbers were measured with.
 PAPER = dict(data=None, eval_data=None, sft_data=None, sft_epochs=2, sft_lr=5e-6, sft_batch=32,
-             sft_max_len=16384, sft_limit=None, group_size=16, prompts_per_step=128, mini_batch=32,
-             micro_batch=8, lr=1e-6, steps=None, max_tokens=8192, eval_limit=None, eval_every=50,
-             dtype="bfloat16", grad_ckpt=True, old_logprobs="recompute")
+             sft_max_len=16384, sft_limit=None, sft_weight_decay=0.0, group_size=16, prompts_per_step=128,
+             mini_batch=32, micro_batch=8, lr=1e-6, steps=None, max_tokens=8192, eval_limit=None, eval_every=50,
+             dtype="bfloat16", grad_ckpt=True, old_logprobs="recompute", schema_check="light", epochs=EPOCHS)
 TINY = dict(data="data/world/rl.jsonl", eval_data="data/world/eval.jsonl", sft_data="data/world/sft.jsonl",
-            sft_epochs=8, sft_lr=6e-3, sft_batch=8, sft_max_len=1024, sft_limit=None, group_size=8,
-            prompts_per_step=16, mini_batch=8, micro_batch=32, lr=1e-4, steps=60, max_tokens=384,
-            eval_limit=None, eval_every=0, dtype="float32", grad_ckpt=False, old_logprobs="sample")  # sized for ~10 min on 2 CPU cores
+            sft_epochs=8, sft_lr=6e-3, sft_batch=8, sft_max_len=1024, sft_limit=None, sft_weight_decay=0.01,
+            group_size=8, prompts_per_step=16, mini_batch=8, micro_batch=32, lr=1e-4, steps=60, max_tokens=384,
+            eval_limit=None, eval_every=0, dtype="float32", grad_ckpt=False, old_logprobs="sample",
+            schema_check="full", epochs=EPOCHS)  # sized for ~10 min on 2 CPU cores
 STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's stop reasons
 
 
@@ -117,17 +123,22 @@ def get_args(argv=None):
     g.add_argument("--sft-batch", type=int, default=None, help="conversations per optimizer step")
     g.add_argument("--sft-max-len", type=int, default=None, help="token cutoff per conversation")
     g.add_argument("--sft-limit", type=int, default=None, help="use the first N conversations only")
+    g.add_argument("--sft-weight-decay", type=num, default=None, help="AdamW weight decay of the warm start")
     g = p.add_argument_group("RL")
     g.add_argument("--algo", choices=["slca", "grpo", "toolpo"], default="slca",
                    help="grpo = the 'w/o SLCA' ablation; toolpo = the release's additive baseline (Eq. 13)")
-    g.add_argument("--steps", type=int, default=None, help="RL steps; none = one epoch over --data")
+    g.add_argument("--epochs", type=int, default=None,
+                   help="RL epochs over --data, each in its own seeded order (the release's launchers run 5)")
+    g.add_argument("--steps", type=int, default=None,
+                   help="RL steps; none = --epochs x prompts // --prompts-per-step (the demo preset's 60 holds "
+                        "unless --epochs is given; steps past the epochs repeat their order)")
     g.add_argument("--group-size", type=int, default=None, help="G rollouts per prompt")
     g.add_argument("--prompts-per-step", type=int, default=None)
     g.add_argument("--mini-batch", type=int, default=None, help="prompts per PPO mini-batch (one optimizer step)")
     g.add_argument("--micro-batch", type=int, default=None, help="rollouts per forward/backward")
     g.add_argument("--ppo-epochs", type=int, default=1)
     g.add_argument("--lr", type=num, default=None)
-    g.add_argument("--weight-decay", type=num, default=0.01)
+    g.add_argument("--weight-decay", type=num, default=0.01, help="AdamW weight decay of the RL updates")
     g.add_argument("--grad-clip", type=num, default=1.0)
     g.add_argument("--temperature", type=num, default=1.0, help="rollout sampling temperature")
     g.add_argument("--max-turns", type=int, default=10, help="assistant turns per trajectory (SPEC §6)")
@@ -167,7 +178,17 @@ def get_args(argv=None):
     g = p.add_argument_group("simulator and judge (SPEC §5, §2.2)")
     g.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
                    help="default: llm when a sim client is set, else replay")
-    g.add_argument("--schema-check", choices=["full", "light"], default="full", help="light = the released code's")
+    g.add_argument("--schema-check", choices=["full", "light"], default=None,
+                   help="full = JSON-Schema validation after check 3; light = stop at check 3 (the released code's)")
+    g.add_argument("--summary-gate", choices=rewards.GATES, default=rewards.GATES[0],
+                   help="what opens S_sum and what the judge rates: real = the final turn (none when it holds a "
+                        "call), on the tool responses of calls that passed the checks and were answered; release = "
+                        "the released reward's: the text after the last tool response, on every <tool_response> "
+                        "block of the decoded trajectory, error observations included")
+    g.add_argument("--keep-failed", action="store_true",
+                   help="train on rollouts that lost a tool or judge answer to an endpoint failure, as the release "
+                        "does (the failure's error text stays in the trajectory, a failed rating scores 0); "
+                        "--max-fail-rate still applies")
     g.add_argument("--no-sgls", action="store_true", help="'w/o SGLS': no tool definition, no checks 2-4")
     g.add_argument("--malformed", choices=["end", "answer"], default="end",
                    help="a block that is not JSON or never closed: end = no call, the trajectory ends (the "
@@ -198,7 +219,10 @@ def get_args(argv=None):
         if act.dest in TINY:
             act.help = (act.help + "; " if act.help else "") + f"preset: demo {TINY[act.dest]}, paper {PAPER[act.dest]}"
     a = p.parse_args(argv)
-    for k, v in (TINY if a.model is None else PAPER).items():
+    preset = TINY if a.model is None else PAPER
+    if a.epochs is not None and a.steps is None:  # --epochs given: the steps follow it, whatever the preset
+        preset = {**preset, "steps": None}
+    for k, v in preset.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
     a.out = a.out or f"runs/{a.algo}-s{a.seed}"
@@ -221,7 +245,7 @@ def check_args(p, a):
         if path and not os.path.exists(path):
             p.error(f"--{flag.replace('_', '-')}: no such file: {path}")
     for flag in ("group_size", "prompts_per_step", "mini_batch", "micro_batch", "max_tokens", "max_turns",
-                 "max_prompt_tokens", "keep", "max_bad_updates", "ppo_epochs"):
+                 "max_prompt_tokens", "keep", "max_bad_updates", "ppo_epochs", "epochs"):
         if getattr(a, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")
     for flag in ("max_tool_rounds", "save_every", "sft_limit", "steps", "eval_limit"):
@@ -231,6 +255,8 @@ def check_args(p, a):
         p.error("--prompts-per-step must be a multiple of --mini-batch")
     if a.mini_batch % int(os.environ.get("WORLD_SIZE", "1")):
         p.error("--mini-batch must be a multiple of the number of processes (each takes an equal share)")
+    if a.sft_weight_decay < 0:
+        p.error("--sft-weight-decay must be >= 0")
     if any(w < 0 for w in a.hierr_weights):
         p.error("--hierr-weights must be >= 0")
     if a.resume and a.overwrite:
@@ -310,6 +336,18 @@ def seg_stats(adv, present, gids, name):
             f"adv_{name}_zero": float(sum(zero)), f"adv_{name}_groups": float(len(zero))}
 
 
+def data_order(n, epochs, seed):
+    """The RL prompts' order over all epochs: one seeded shuffle of range(n) per epoch, end to
+    end (the first epoch's is the order one epoch always had). Saved in every checkpoint, so a
+    resumed run takes the same prompts in every epoch."""
+    rng, order = random.Random(seed), []
+    for _ in range(epochs):
+        perm = list(range(n))
+        rng.shuffle(perm)
+        order += perm
+    return order
+
+
 def rank_prompts(n, mini_batch, rank, world):
     """Positions (in the step's list of n prompts) that this rank takes: an equal share of
     every mini-batch, so the union over ranks of each rank's k-th mini-batch is the
@@ -357,11 +395,11 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     t_roll = time.time() - t0
     weights = dict(zip(rewards.WEIGHTS, [0.0] * 5 if a.no_hierr else a.hierr_weights))
     scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
-                            succ_judge=a.succ_judge and a.algo == "toolpo")
-    # a rollout that lost a tool answer or its rating to the network is not trained on
+                            succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok)
+    # a rollout that lost a tool answer or its rating to the network is not trained on (--keep-failed: it is)
     sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
     judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
-    keep = ~(sim_fail | judge_fail)                                                     # (B,)
+    keep = ~(sim_fail | judge_fail) | a.keep_failed                                     # (B,)
     batch = {k: v.to(a.device) for k, v in collate(rs, tok.pad_token_id).items()}
     for k in ("response_mask", "tool_mask", "summary_mask"):
         batch[k] = batch[k] * keep.to(a.device)[:, None]
@@ -514,7 +552,7 @@ def main(argv=None):
         with gathered(model.eval()), autocast(a):
             rs = rollout(model, tok, mine, sim, temperature=0.0, max_turns=a.max_turns, max_tokens=a.max_tokens,
                          batch_size=a.gen_batch, max_tool_rounds=a.max_tool_rounds or None)
-        summary = summarize(gather(score_rollouts(rs, judge, strict=a.strict_calls)))
+        summary = summarize(gather(score_rollouts(rs, judge, strict=a.strict_calls, gate=a.summary_gate, tok=tok)))
         log({"label": label, "step": step, **summary}, "eval")
         if main_rank:
             print(format_table({label: summary["all"]}))
@@ -522,8 +560,7 @@ def main(argv=None):
 
     # RL state: fresh, or the latest complete checkpoint
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
-    order = list(range(len(tasks)))
-    random.Random(a.seed).shuffle(order)
+    order = data_order(len(tasks), a.epochs, a.seed)
     random.seed(a.seed + 1)  # RL starts from the same RNG state whether SFT ran now or in an earlier process
     torch.manual_seed(a.seed + 1)
     start, found = 0, checkpoints(a.out) if a.resume else []
@@ -538,7 +575,7 @@ def main(argv=None):
             print(f"resumed from {found[-1]}: RL step {start}")
     table = {"before RL": run_eval("before RL", 0) if start == 0 else None}
 
-    steps = len(tasks) // a.prompts_per_step if a.steps is None else a.steps
+    steps = len(order) // a.prompts_per_step if a.steps is None else a.steps
     mine = rank_prompts(a.prompts_per_step, a.mini_batch, rank, world())
     bad = 0
     for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):

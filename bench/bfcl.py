@@ -50,14 +50,17 @@ ast.literal_eval, so no model text is ever evaluated. Same method table, same re
 same refused names. Two arguments whose size sets the backends' work (MathAPI's power
 exponent and the logarithm / square_root precision) are refused above LIMITS.
 
-Aggregation, as bfcl_eval.eval_checker.eval_runner_helper.generate_leaderboard_csv:
+Aggregation, as bfcl_eval.eval_checker.eval_runner_helper.generate_leaderboard_csv except multi_turn:
     simple_ast       = unweighted mean of simple, java, javascript,
     non_live_ast     = unweighted mean of simple_ast, multiple, parallel, parallel_multiple,
     live_ast         = mean of the four live AST categories WEIGHTED by item count,
     overall_ast      = unweighted mean of non_live_ast and live_ast,
     non_live_overall / live_overall = the same with irrelevance (unweighted) /
                        live_irrelevance + live_relevance (weighted) added, when run,
-    multi_turn       = unweighted mean of the multi-turn categories,
+    multi_turn       = unweighted mean of multi_turn_base and the mean of miss_func, miss_param and
+                       long_context WEIGHTED by item count (evalscope's bfcl_v3 adapter, which the
+                       release ran: base 1/2, miss_func and miss_param 1/4 each at equal counts;
+                       BFCL's own leaderboard takes the unweighted mean of the four),
     overall          = unweighted mean of the non-live, live and multi-turn sections (BFCL's
                        overall accuracy).
 A category that was not run is left out of a mean (BFCL counts it as 0).
@@ -523,7 +526,7 @@ def summarize(records):
         out["non_live_overall"] = _mean(non_live + [acc("irrelevance")])
     if "live_irrelevance" in per or "live_relevance" in per:
         out["live_overall"] = weighted(live + ("live_irrelevance", "live_relevance"))
-    out["multi_turn"] = _mean(acc(c) for c in MULTI_TURN_CATEGORIES)
+    out["multi_turn"] = _mean([acc(MULTI_TURN_CATEGORIES[0]), weighted(MULTI_TURN_CATEGORIES[1:])])
     out["overall"] = _mean([out.get("non_live_overall", out["non_live_ast"]),
                             out.get("live_overall", out["live_ast"]), out["multi_turn"]])
     return out

@@ -236,6 +236,16 @@ def test_bfcl_summary_formulas():
     assert BF.summarize([rec("multi_turn_base", True)])["overall"] == 1.0
 
 
+def test_bfcl_multi_turn_is_weighted_as_evalscope():
+    """evalscope (the release's BFCL runner): mean of base and the item-weighted mean of the
+    augmented categories, so base 1/2, miss_func and miss_param 1/4 each at equal counts."""
+    rec = lambda cat, ok: {"category": cat, "valid": ok}  # noqa: E731
+    rows = [rec("multi_turn_base", True), rec("multi_turn_miss_func", False), rec("multi_turn_miss_param", False)]
+    assert BF.summarize(rows)["multi_turn"] == pytest.approx(0.5)   # unweighted over three: 1/3
+    rows += [rec("multi_turn_miss_func", True)] * 2                 # miss_func 2/3 of 3 items, miss_param 0 of 1
+    assert BF.summarize(rows)["multi_turn"] == pytest.approx((1 + 2 / 4) / 2)
+
+
 def test_execute_runs_backend_methods_without_eval(bfcl):
     item = BF.load("multi_turn_base", limit=1)[0]
     fs = BF.backends(item["involved_classes"], item["initial_config"])

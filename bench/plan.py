@@ -1,0 +1,120 @@
+"""Memory and time of one RL step of the paper preset, from the model's own passes.
+
+    python bench/plan.py                      # Qwen2.5-3B, 1 and 8 GPUs of 80 GB
+    python bench/plan.py --model 7B --gpus 4 8
+
+Measured here (CPU, no weights: the model is built on the meta device from its config): the
+parameter count, and the FLOPs of one forward and one backward pass per token at the
+trajectory's length, counted by torch.utils.flop_counter on one decoder layer and the LM head
+(torch counts causal attention as full; it is halved here). Computed from the config: bytes
+of the weights, gradients, AdamW moments and reference, of the KV cache and of the
+activations kept under gradient checkpointing. Assumed (flags): the lengths, the MFU of the
+training passes, and the GPU's peak bf16 FLOP/s and memory bandwidth; sampling is taken at
+its bandwidth bound (every decode step reads the weights and the batch's KV cache once).
+
+The passes of one step (the paper preset: --old-logprobs recompute, β > 0, gradient
+checkpointing), each over every response token and each group's prompt once (T tokens):
+sampling (one forward), old and reference log-probs (two forwards, no grad), and the update
+(forward, the checkpointed forward again, and a backward of twice a forward's FLOPs).
+"""
+import argparse
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+SHAPES = {  # Qwen2.5 configs: hidden, intermediate, layers, heads, kv heads, tied embeddings
+    "3B": (2048, 11008, 36, 16, 2, True),
+    "7B": (3584, 18944, 28, 28, 4, False),
+}
+VOCAB = 151_936        # Qwen2.5's padded vocabulary
+STATE_BYTES = 18       # per parameter: float32 weights, gradients, two AdamW moments (16) + bf16 reference (2)
+BF16 = 2               # bytes
+LOGIT_CHUNK = 1024     # positions per LM-head chunk (logprobs.py)
+PEAK = 989e12          # H100 SXM dense bf16 FLOP/s (NVIDIA's datasheet)
+BANDWIDTH = 3.35e12    # H100 SXM HBM3 bytes/s (NVIDIA's datasheet)
+MFU = 0.40             # assumed for the training and log-prob passes
+PROMPT, RESPONSE = 2048, 8192  # tokens: an assumed prompt, and the response cap of the paper's recipe
+ROLLOUTS, PROMPTS = 2048, 128  # per step: 128 prompts x G = 16
+STEPS_PER_EPOCH = 31_818 // 128  # the release's RL split
+
+
+def config(name):
+    h, inter, layers, heads, kv, tied = SHAPES[name]
+    c = Qwen2Config(vocab_size=VOCAB, hidden_size=h, intermediate_size=inter, num_hidden_layers=layers,
+                    num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=tied)
+    c._attn_implementation = "sdpa"
+    return c
+
+
+def measure(cfg, length):
+    """(parameters, forward FLOPs per token, backward / forward) of the whole model, the layers
+    counted on one meta-device layer at `length` positions, causal attention halved."""
+    with torch.device("meta"):
+        m = Qwen2ForCausalLM(cfg)
+    n = sum(p.numel() for p in m.parameters())
+    layer, h = m.model.layers[0], cfg.hidden_size
+    x = torch.zeros(1, length, h, device="meta", requires_grad=True)                 # (1, L, h)
+    with FlopCounterMode(display=False) as fwd:
+        y = layer(x, position_embeddings=m.model.rotary_emb(x, torch.arange(length, device="meta")[None]))
+        y = y[0] if isinstance(y, tuple) else y
+        logits = m.lm_head(y)                                                         # (1, L, V)
+    with FlopCounterMode(display=False) as bwd:
+        logits.sum().backward()
+    head = 2 * length * h * cfg.vocab_size
+    attn_full = 4 * length * length * h                                               # torch's count for sdpa
+    per_layer = fwd.get_total_flops() - head - attn_full / 2
+    return n, (cfg.num_hidden_layers * per_layer + head) / length, bwd.get_total_flops() / fwd.get_total_flops()
+
+
+def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mfu=MFU, peak=PEAK, bw=BANDWIDTH):
+    """Memory (bytes per GPU) and time (s) of one step on `gpus` GPUs with FSDP2."""
+    n, f, bwd_ratio = measure(cfg, prompt + response)
+    h, layers = cfg.hidden_size, cfg.num_hidden_layers
+    kv_dim = cfg.num_key_value_heads * (h // cfg.num_attention_heads)
+    kv = 2 * layers * kv_dim * BF16                                                   # KV bytes per token
+    seq = prompt + response
+    tokens = PROMPTS * prompt + ROLLOUTS * response                                   # T: each prompt once per group
+    flops = {"sampling": f * tokens, "log-probs": 2 * f * tokens, "update": (2 + bwd_ratio) * f * tokens}
+    train_s = (flops["log-probs"] + flops["update"]) / gpus / (mfu * peak)
+    decode_steps = ROLLOUTS / gpus / gen_batch * response
+    weights = n * BF16
+    read = weights + gen_batch * (prompt + response / 2) * kv                         # bytes per decode step
+    sample_s = decode_steps * read / bw
+    states = n * STATE_BYTES / gpus
+    gathered = weights if gpus > 1 else 0                                             # the bf16 policy for sampling
+    layer_acts = BF16 * (6 * h + 2 * kv_dim + 4 * cfg.intermediate_size)              # one layer, per token
+    acts = micro_batch * seq * (layers * BF16 * h + layer_acts) + LOGIT_CHUNK * cfg.vocab_size * 4
+    return {"params": n, "fwd_flop_per_token": f, "bwd_over_fwd": bwd_ratio, "tokens": tokens, "flops": flops,
+            "states": states, "sampling_peak": states + gathered + gen_batch * seq * kv,
+            "training_peak": states + acts, "kv_per_token": kv, "kv_all_rollouts": ROLLOUTS * seq * kv,
+            "sample_s": sample_s, "train_s": train_s, "step_s": sample_s + train_s,
+            "epoch_h": (sample_s + train_s) * STEPS_PER_EPOCH / 3600}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", choices=sorted(SHAPES), default="3B")
+    p.add_argument("--gpus", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--gen-batch", type=int, nargs="+", default=[32, 64], help="rows sampled together, one per --gpus")
+    p.add_argument("--micro-batch", type=int, default=8, help="rollouts per forward/backward")
+    p.add_argument("--mfu", type=float, default=MFU)
+    a = p.parse_args(argv)
+    cfg = config(a.model)
+    for gpus, gb in zip(a.gpus, a.gen_batch):
+        r = plan(cfg, gpus, gb, a.micro_batch, mfu=a.mfu)
+        print(f"{a.model} on {gpus} GPU(s), --gen-batch {gb}, --micro-batch {a.micro_batch}:")
+        print(f"  params {r['params']:,}; forward {r['fwd_flop_per_token'] / 1e9:.2f} GFLOP/token at "
+              f"{PROMPT + RESPONSE:,} positions; backward {r['bwd_over_fwd']:.2f}x forward")
+        print(f"  step: {r['tokens']:,} tokens per pass; " +
+              ", ".join(f"{k} {v / 1e15:,.0f} PFLOP" for k, v in r["flops"].items()))
+        print(f"  memory per GPU: states {r['states'] / 1e9:.1f} GB, sampling peak {r['sampling_peak'] / 1e9:.1f} GB, "
+              f"training peak {r['training_peak'] / 1e9:.1f} GB; KV {r['kv_per_token']:,} B/token, "
+              f"all {ROLLOUTS} rollouts at once {r['kv_all_rollouts'] / 1e9:,.0f} GB")
+        print(f"  time: sampling {r['sample_s'] / 60:.1f} min (bandwidth bound), log-probs + update "
+              f"{r['train_s'] / 60:.1f} min at MFU {a.mfu:.0%}; step {r['step_s'] / 60:.1f} min, "
+              f"epoch ({STEPS_PER_EPOCH} steps) {r['epoch_h']:.0f} h")
+
+
+if __name__ == "__main__":
+    main()

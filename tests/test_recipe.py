@@ -1,0 +1,249 @@
+"""The paper preset against the release's recipe, and the flags that turn each deviation back
+to the release: --epochs, --sft-weight-decay, --schema-check, --summary-gate, --keep-failed."""
+import json
+import random
+import re
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import eval as E
+import rewards
+import sft
+import train
+from data import Task, load_sft
+from helpers import CALL, tiny_model, tokenizer, write_world
+
+RELEASE_FILES = {"rl": "data/world/rl.jsonl", "eval": "data/world/eval.jsonl", "sft": "data/world/sft.jsonl"}
+
+
+@pytest.fixture
+def paper(monkeypatch):
+    """get_args under the paper preset, with the release's splits replaced by the shipped world."""
+    monkeypatch.setattr(train, "release_files", lambda: RELEASE_FILES)
+    return lambda *flags: train.get_args(["--model", "Qwen/Qwen2.5-3B-Instruct", *flags])
+
+
+def test_paper_preset_is_the_release_recipe(paper):
+    a = paper()
+    assert (a.epochs, a.steps, a.sft_weight_decay, a.weight_decay, a.schema_check) == (1, None, 0.0, 0.01, "light")
+    assert (a.summary_gate, a.keep_failed) == ("real", False)      # the two safety deviations stay on by default
+    d = train.get_args([])                                          # the demo keeps what its numbers were measured with
+    assert (d.epochs, d.steps, d.sft_weight_decay, d.schema_check, d.summary_gate, d.keep_failed) == \
+        (1, 60, 0.01, "full", "real", False)
+
+
+def test_release_flags_win_over_both_presets(paper):
+    flags = ["--epochs", "5", "--sft-weight-decay", "0.1", "--schema-check", "full", "--summary-gate", "release",
+             "--keep-failed"]
+    for a in (paper(*flags), train.get_args(flags)):
+        assert (a.epochs, a.steps, a.sft_weight_decay, a.schema_check, a.summary_gate, a.keep_failed) == \
+            (5, None, 0.1, "full", "release", True)
+    assert train.get_args(["--epochs", "2", "--steps", "7"]).steps == 7  # --steps still wins
+
+
+@pytest.mark.parametrize("argv,message", [(["--epochs", "0"], "--epochs must be >= 1"),
+                                          (["--sft-weight-decay", "-1"], "--sft-weight-decay must be >= 0"),
+                                          (["--summary-gate", "any"], "--summary-gate: invalid choice: 'any'")])
+def test_bad_recipe_flags_name_the_flag(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.get_args(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_each_epoch_has_its_own_seeded_order():
+    order = train.data_order(10, 3, seed=4)
+    first = list(range(10))
+    random.Random(4).shuffle(first)
+    assert order[:10] == first                                      # epoch 0: the order one epoch always had
+    epochs = [order[e * 10:(e + 1) * 10] for e in range(3)]
+    assert all(sorted(e) == list(range(10)) for e in epochs) and len({tuple(e) for e in epochs}) == 3
+    assert train.data_order(10, 3, seed=4) == order and train.data_order(10, 3, seed=5) != order
+
+
+def test_sft_takes_its_own_weight_decay(monkeypatch, tmp_path):
+    seen = []
+    real = torch.optim.AdamW
+
+    def adamw(params, **k):
+        seen.append(k["weight_decay"])
+        return real(params, **k)
+
+    monkeypatch.setattr(torch.optim, "AdamW", adamw)
+    rl, sft_path = write_world(tmp_path, n_sft=2)
+    a = train.get_args(["--data", rl, "--sft-batch", "2", "--sft-epochs", "1", "--sft-weight-decay", "0"])
+    sft.warm_start(tiny_model(), tokenizer(), load_sft(sft_path), a, lambda row: None)
+    assert seen == [0.0] and a.weight_decay == 0.01                 # RL keeps its own 0.01
+
+
+# --------------------------------------------------------------------------------------------
+# the summary gate
+def test_release_responses_are_the_release_regex_and_linear():
+    pattern = re.compile(r"<tool_response>(.*?)</tool_response>", re.DOTALL)  # the released reward's
+    rng = random.Random(0)
+    parts = ["<tool_response>", "</tool_response>", "a", " ", "\n", "<tool_call>", "x"]
+    for _ in range(2000):
+        text = "".join(rng.choice(parts) for _ in range(rng.randrange(12)))
+        assert rewards.release_responses(text) == [m.strip() for m in pattern.findall(text)], text
+    ops = {}
+    for n in (20_000, 40_000):  # openings without a closing tag: quadratic for a scan that retries each one
+        text = "<tool_response>" * n
+        t = time.process_time()
+        assert rewards.release_responses(text) == []
+        ops[n] = time.process_time() - t
+    assert ops[40_000] < 3 * ops[20_000] + 0.05
+
+
+def decoded_rollout(task, turns, responses):
+    """What score_rollouts reads from a rollout.Rollout, with real response ids: each turn's
+    text, then its observations as the tiny chat template renders a tool turn."""
+    tok = tokenizer()
+    text = "".join(t + "".join(f"\n<tool_response>\n{o}\n</tool_response>" for o in obs) for t, obs in turns)
+    return SimpleNamespace(task=task, text="".join(t for t, _ in turns), final=turns[-1][0], responses=responses,
+                           failed=0, tool_turns=sum("<tool_call>" in t for t, _ in turns), stop="done",
+                           ids=tok(text, add_special_tokens=False)["input_ids"])
+
+
+def test_release_gate_opens_on_any_tool_response_block():
+    task = Task(messages=[], tools=[], allowed_tools=["f"], gold=[[{"name": "f", "arguments": {"x": 1}}]],
+                question="What is f of 1?", parallel_type="single_step_single_tool", facts=["42"])
+    error = "Tool 'g' not found in the current available tools set."
+    r = decoded_rollout(task, [(CALL.replace('"f"', '"g"'), [error]), ("I think f of 1 is 42, as asked.", [])], [])
+    real, = E.score_rollouts([r], rewards.FactsJudge())
+    release, = E.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tokenizer())
+    assert real["summary"] == 0.0 and release["summary"] == 1.0    # the error observation opens the release's gate
+    assert real["process"] == release["process"]
+    seen = []
+    judge = SimpleNamespace(rate=lambda q, responses, *rest: seen.append(responses) or 5)
+    E.score_rollouts([r], judge, gate="release", tok=tokenizer())
+    assert seen == [[error]]                                        # and the judge sees it as a tool response
+    with pytest.raises(ValueError, match="gate"):
+        E.score_rollouts([r], judge, gate="release")
+
+
+# --------------------------------------------------------------------------------------------
+# end to end: epochs and resume, --keep-failed, the gate reaching the scorer
+ARGV = ["--sft-data", "", "--eval-data", "", "--group-size", "2", "--prompts-per-step", "2", "--mini-batch", "2",
+        "--max-tokens", "16", "--max-turns", "1", "--tiny-size", "32", "1", "2", "--show", "0"]
+
+
+def prompts_by_step(out):
+    steps = {}
+    for line in open(out / "rollouts.jsonl"):
+        r = json.loads(line)
+        steps.setdefault(r["step"], []).append(r["question"])
+    return steps
+
+
+def test_epochs_set_the_steps_and_a_resumed_run_gets_the_same_prompts(tmp_path, monkeypatch):
+    rl, _ = write_world(tmp_path)                                   # 4 prompts, 2 per step: 2 steps an epoch
+    argv = ["--data", rl, *ARGV, "--epochs", "2", "--save-every", "1"]
+    train.main(argv + ["--out", str(tmp_path / "straight")])
+    straight = prompts_by_step(tmp_path / "straight")
+    assert sorted(straight) == [0, 1, 2, 3]
+    epochs = [sorted(set(straight[0] + straight[1])), sorted(set(straight[2] + straight[3]))]
+    assert epochs[0] == epochs[1] and len(epochs[0]) == 4           # each epoch sees every prompt once
+    assert [straight[s] for s in (0, 1)] != [straight[s] for s in (2, 3)]  # in a new order
+
+    real = train.rl_step
+
+    def dies_in_epoch_2(*a, **k):
+        if a[9] == 3:                                               # step 3, after checkpoint step-3 was written
+            raise SystemExit("killed")
+        return real(*a, **k)
+
+    monkeypatch.setattr(train, "rl_step", dies_in_epoch_2)
+    with pytest.raises(SystemExit, match="killed"):
+        train.main(argv + ["--out", str(tmp_path / "cut")])
+    monkeypatch.setattr(train, "rl_step", real)
+    train.main(argv + ["--out", str(tmp_path / "cut"), "--resume"])
+    assert prompts_by_step(tmp_path / "cut")[3] == straight[3]
+
+
+def test_keep_failed_trains_on_failed_rollouts_and_the_gate_reaches_the_scorer(tmp_path, monkeypatch):
+    rl, _ = write_world(tmp_path)
+    real_score, real_update, seen = train.score_rollouts, train.ppo_update, {}
+
+    def judge_down(rs, *a, **k):
+        seen["gate"], seen["tok"] = k["gate"], k["tok"]
+        out = real_score(rs, *a, **k)
+        for i, s in enumerate(out):
+            s["judge_failed"] = float(i < len(out) // 4)
+        return out
+
+    def update(model, opt, batch, *a, **k):
+        seen["mask"] = batch["response_mask"].clone()
+        return real_update(model, opt, batch, *a, **k)
+
+    monkeypatch.setattr(train, "score_rollouts", judge_down)
+    monkeypatch.setattr(train, "ppo_update", update)
+    argv = ["--data", rl, *ARGV, "--steps", "1", "--group-size", "4", "--summary-gate", "release", "--keep-failed"]
+    train.main(argv + ["--out", str(tmp_path / "a")])
+    m, = [json.loads(l) for l in open(tmp_path / "a" / "metrics.jsonl")]
+    assert m["judge_failed"] == 0.25                                # still counted
+    assert seen["mask"].sum(1).min() > 0                            # but every rollout keeps its tokens
+    assert seen["gate"] == "release" and seen["tok"] is not None
+
+
+# --------------------------------------------------------------------------------------------
+# bench/plan.py: the estimate's arithmetic
+def test_plan_counts_the_passes_of_a_step():
+    from transformers import Qwen2Config
+    from bench import plan as P
+    cfg = Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    cfg._attn_implementation = "sdpa"
+    n, f, ratio = P.measure(cfg, 16)
+    layer = 64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128                  # q, o; k, v; gate, up, down
+    assert f == pytest.approx(3 * 2 * layer + 2 * 64 * 1000 + 3 * 2 * 16 * 64, rel=0.02)  # + causal attention
+    assert ratio == pytest.approx(2.0, rel=0.01)
+    r = P.plan(cfg, gpus=2, gen_batch=4, micro_batch=1, prompt=8, response=8)
+    assert r["tokens"] == P.PROMPTS * 8 + P.ROLLOUTS * 8
+    s = r["flops"]["sampling"]
+    assert r["flops"]["log-probs"] == pytest.approx(2 * s) and r["flops"]["update"] == pytest.approx(4 * s)
+    assert r["states"] == n * 18 / 2 and r["kv_per_token"] == 2 * 3 * 32 * 2
+
+
+def release_final_regex(text):
+    """The released reward's _extract_final_response, as it is written there."""
+    think = re.compile(r"<think(?:ing)?>(.*?)</think(?:ing)?>", re.DOTALL)
+    text = think.sub("", text)
+    end = text.rfind("</tool_response>")
+    if end != -1 and text[end + len("</tool_response>"):].strip():
+        return text[end + len("</tool_response>"):].strip()
+    end = text.rfind("</tool_call>")
+    if end != -1:
+        final = text[end + len("</tool_call>"):].strip()
+        if "<tool_response>" in final:
+            return ""
+        return final if final and not final.startswith("<tool_call>") else ""
+    return re.sub(r"<tool_call>(.*?)</tool_call>", "", text, flags=re.DOTALL).strip()
+
+
+def test_release_final_is_the_release_rule_and_linear():
+    rng = random.Random(1)
+    parts = ["<tool_response>", "</tool_response>", "<tool_call>", "</tool_call>", "<think>", "</thinking>",
+             "ab", " ", "\n"]
+    for _ in range(3000):
+        text = "".join(rng.choice(parts) for _ in range(rng.randrange(12)))
+        assert rewards.release_final(text) == release_final_regex(text), text
+    ops = {}
+    for n in (20_000, 40_000):
+        text = "<think><tool_call>" * n
+        t = time.process_time()
+        rewards.release_final(text)
+        ops[n] = time.process_time() - t
+    assert ops[40_000] < 3 * ops[20_000] + 0.05
+
+
+def test_release_gate_judges_a_turn_cut_at_the_cap():
+    task = Task(messages=[], tools=[], allowed_tools=["f"], gold=[[{"name": "f", "arguments": {"x": 1}}]],
+                question="What is f of 1?", parallel_type="single_step_single_tool", facts=["42"])
+    capped = "f of 1 is 42, one more. " + CALL.replace("1", "2")    # the last turn holds a call: cut at the cap
+    r = decoded_rollout(task, [(CALL, ['{"y": 42}']), (capped, [])], ['{"y": 42}'])
+    r.final = ""                                                    # Rollout.final of such a turn
+    real, = E.score_rollouts([r], rewards.FactsJudge())
+    release, = E.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tokenizer())
+    assert real["summary"] == 0.0 and release["summary"] == 1.0     # the release rates the text after the response
