@@ -176,6 +176,21 @@ def test_http_deadline_bounds_every_try(serve):
     assert time.time() - start < 1.6 and 2 <= len(s.posts()) <= 3
 
 
+def test_http_deadline_bounds_the_whole_batch(serve):
+    # 60 hung requests over 20 workers: one deadline in all, not one per round of workers (3 of them)
+    s = serve(lambda path, body, n: (200, chat("late"), 3))
+    start = time.time()
+    assert client(s, timeout=2.0, deadline=0.5, workers=20).complete([USER] * 60, 0, 5) == [None] * 60
+    assert time.time() - start < 1.0 and len(s.posts()) <= 20  # the queued 40 are never sent
+
+
+def test_http_model_lookup_shares_the_deadline(serve):
+    s = serve(lambda path, body, n: (200, chat("late"), 3))  # hangs on GET /models too
+    start = time.time()
+    assert client(s, model=None, timeout=2.0, deadline=0.5).complete([USER], 0, 5) == [None]
+    assert time.time() - start < 0.9 and s.posts() == []  # the lookup spent it all: no request after it
+
+
 def test_http_backoff_is_exponential_and_jittered():
     c = HTTPClient("http://127.0.0.1:1", backoff=1.0)
     pauses = [[c.pause(k) for _ in range(50)] for k in (1, 2, 3)]
