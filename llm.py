@@ -327,9 +327,11 @@ def judge_prompt(question, tool_responses, response, template=None):
 
 def last_bracketed(text):
     """x of the last `[[x]]` of a reply, lowercased, its whitespace runs one space; else None.
-    Linear in the reply (RATING_RE)."""
-    found = RATING_RE.findall(text or "")
-    return " ".join(found[-1].lower().split()) if found else None
+    Linear in the reply (RATING_RE), constant memory besides x."""
+    last = None
+    for last in RATING_RE.finditer(text or ""):
+        pass
+    return " ".join(last[1].lower().split()) if last else None
 
 
 def parse_rating(text):

@@ -382,7 +382,9 @@ def assert_linear(f, make, top):
     while n < top:
         n *= 2
         t = per_call(f, make(n))
-        if t >= 3 * before:  # measure both again: a burst of load on the machine passes, a super-linear cost stays
+        for _ in range(2):  # measure both again: a burst of load on the machine passes, a super-linear cost stays
+            if t < 3 * before:
+                break
             before, t = min(before, per_call(f, make(n // 2))), min(t, per_call(f, make(n)))
         assert t < 3 * before, f"{f.__name__} on {n} chars: {t / before:.1f}x the time of {n // 2}"
         before = t
