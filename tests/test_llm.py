@@ -1,8 +1,11 @@
 """Clients and judge (llm.py): a real local HTTP server, a tiny local model, judge parsing."""
 import argparse
+import itertools
 import json
+import re
 import threading
 import time
+import timeit
 import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -13,7 +16,8 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 import llm
-from llm import HFClient, HTTPClient, LLMJudge, add_client_flags, client_from_args, parse_rating
+from llm import HFClient, HTTPClient, LLMJudge, add_client_flags, client_from_args, parse_rating, parse_verdict
+from segment import loads
 from simulator import Simulator
 
 torch.set_num_threads(1)
@@ -170,6 +174,21 @@ def test_http_deadline_bounds_every_try(serve):
     start = time.time()
     assert client(s, timeout=0.4, deadline=1.0, retries=10).complete([USER], 0, 5) == [None]
     assert time.time() - start < 1.6 and 2 <= len(s.posts()) <= 3
+
+
+def test_http_deadline_bounds_the_whole_batch(serve):
+    # 60 hung requests over 20 workers: one deadline in all, not one per round of workers (3 of them)
+    s = serve(lambda path, body, n: (200, chat("late"), 3))
+    start = time.time()
+    assert client(s, timeout=2.0, deadline=0.5, workers=20).complete([USER] * 60, 0, 5) == [None] * 60
+    assert time.time() - start < 1.0 and len(s.posts()) <= 20  # the queued 40 are never sent
+
+
+def test_http_model_lookup_shares_the_deadline(serve):
+    s = serve(lambda path, body, n: (200, chat("late"), 3))  # hangs on GET /models too
+    start = time.time()
+    assert client(s, model=None, timeout=2.0, deadline=0.5).complete([USER], 0, 5) == [None]
+    assert time.time() - start < 0.9 and s.posts() == []  # the lookup spent it all: no request after it
 
 
 def test_http_backoff_is_exponential_and_jittered():
@@ -345,6 +364,80 @@ def test_simulator_with_tiny_model_falls_back_to_error(tiny):
 ])
 def test_parse_rating(text, r):
     assert parse_rating(text) == r
+
+
+def per_call(f, text):
+    """CPU seconds of this thread per call of f(text) (other processes' load does not count): the
+    best of 3 runs of enough calls to take 10 ms."""
+    start = time.thread_time()
+    f(text)
+    reps = max(1, int(0.01 / max(time.thread_time() - start, 1e-7)))
+    return min(timeit.repeat(lambda: f(text), timer=time.thread_time, number=reps, repeat=3)) / reps
+
+
+def assert_linear(f, make, top):
+    """f(make(n)) takes under 3x the time of f(make(n / 2)), for n doubling from 256 to `top`: a
+    super-linear parser fails at the first size where that part dominates, before it gets slow."""
+    n, before = 256, per_call(f, make(256))
+    while n < top:
+        n *= 2
+        t = per_call(f, make(n))
+        for _ in range(2):  # measure both again: a burst of load on the machine passes, a super-linear cost stays
+            if t < 3 * before:
+                break
+            before, t = min(before, per_call(f, make(n // 2))), min(t, per_call(f, make(n)))
+        assert t < 3 * before, f"{f.__name__} on {n} chars: {t / before:.1f}x the time of {n // 2}"
+        before = t
+
+
+REPLIES = {  # n -> a judge reply of about n characters
+    "open, spaces": (lambda n: "Rating: [[" + " " * n, None),
+    "open, tabs": (lambda n: "[[" + "\t" * n, None),
+    "many opens": (lambda n: "[[ " * (n // 3), None),
+    "spaced level": (lambda n: "[[" + " " * (n // 2) + "good" + "\n" * (n // 2) + "]]", 4),
+    "many ratings": (lambda n: "[[poor]] " * (n // 9) + "[[ Excellent ]]", 5),
+    "brackets": (lambda n: "[[]" * (n // 3) + "]]" * (n // 4), None),
+}
+
+
+@pytest.mark.parametrize("name", REPLIES)
+def test_parse_rating_is_linear_up_to_1_mb(name):
+    make, r = REPLIES[name]
+    assert_linear(parse_rating, make, 2 ** 20)
+    assert parse_rating(make(2 ** 20)) == r
+
+
+def test_parse_verdict_is_linear_up_to_1_mb():
+    assert_linear(parse_verdict, lambda n: "Verdict: [[" + "\t" * n, 2 ** 20)
+    assert parse_verdict(" [[Solved]]" + "\t" * 2 ** 20 + "[[ unsolved\t]]") is False
+
+
+def test_rating_grammar_is_the_old_one():
+    # the old pattern, on every reply of up to 6 characters over the alphabet that matters
+    old = re.compile(r"\[\[\s*([^\[\]]+?)\s*\]\]")
+    for n in range(7):
+        for text in map("".join, itertools.product("[] a\t", repeat=n)):
+            found = old.findall(text)
+            assert llm.last_bracketed(text) == (" ".join(found[-1].lower().split()) if found else None), text
+
+
+BODIES = {  # n -> an endpoint body of about n bytes
+    "content": lambda n: json.dumps(chat("Rating: [[" + " " * n)).encode(),
+    "escapes": lambda n: json.dumps(chat("\u0000\\" * (n // 8))).encode(),
+    "flat list": lambda n: b"[" + b"[]," * (n // 3) + b"[]]",
+    "deep": lambda n: b"[" * n,
+}
+
+
+@pytest.mark.parametrize("name", BODIES)
+def test_body_parse_is_linear(name):
+    def body(data):  # what HTTPClient._request does with a body, errors included
+        try:
+            return llm._content(loads(data))
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None
+
+    assert_linear(body, BODIES[name], 2 ** 18)
 
 
 class Judge:
