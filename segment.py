@@ -19,7 +19,8 @@ step as a JSON list in one block. The helpers read policy text the way the relea
 
 - `strip_think` drops `<think>` or `<thinking>` up to the next `</think>` or `</thinking>`
   (the release pairs the tags freely: `<think>…</thinking>` is a block too); an unclosed
-  opening tag leaves the rest of the text as it is.
+  opening tag leaves the rest of the text as it is, so a `<tool_call>` after an unclosed
+  `<think>` is a call (answered, and scored in full), as in the release.
 - `find_blocks` gives the body between each `<tool_call>` and the next `</tool_call>`.
 - `parse_block` turns one body into `Call`s: malformed text becomes a `Call` whose `error`
   says what is wrong, ready to be shown to the policy ("Error: " + error) or counted as an
