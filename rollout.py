@@ -157,8 +157,8 @@ def render(tok, messages, tools=None, add_generation_prompt=True):
 def plain_ids(tok, texts):
     """Ids of each untrusted text as plain text, in one batched tokenizer call: made encodable
     first (segment.encodable: a lone surrogate becomes U+FFFD instead of a TypeError out of the
-    tokenizer), and a special-token string in it encoded as text. Every text this module,
-    sft.py and bench/ tokenize goes through here."""
+    tokenizer), and a special-token string in it encoded as text. Every untrusted text this
+    module, sft.py and bench/models.py tokenize goes through here."""
     if not texts:
         return []
     return tok([encodable(t) for t in texts], add_special_tokens=False, split_special_tokens=True)["input_ids"]

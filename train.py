@@ -351,7 +351,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     batch_tasks = [t for t in tasks for _ in range(G)]
     groups = [g for g in group_ids for _ in range(G)]
     model.eval()
-    take_unencodable()  # from here on: this step's text (prompts, observations, judge inputs)
+    take_unencodable()  # from here on: this step's text (prompts, observations)
     t0 = time.time()
     with gathered(model):
         rs = rollout(model, tok, batch_tasks, sim, groups, a.temperature, a.max_turns, a.max_tokens, a.gen_batch,
