@@ -13,7 +13,12 @@ plain statement of the released rules. The process score compares every valid ca
 whole trajectory, pooled over turns, with the gold calls (no temporal alignment). The
 release's rules, where SPEC §2 is silent or says otherwise:
 
-- think blocks: segment.strip_think (`<think>` may close with `</thinking>` and back).
+- think blocks: segment.strip_think, the release's `<think(?:ing)?>.*?</think(?:ing)?>`
+  (`<think>` may close with `</thinking>` and back). A block needs its closing tag: an
+  unclosed `<think>` strips nothing, so a call written after it (or inside it) is scored as a
+  full call (process 1.0 when it matches gold), while a call inside a closed think block is no
+  call (an omission if it was the only one). Kept as the release has it; the rollout and the
+  simulator read calls the same way, so what is scored is what was answered.
 - a predicted call's arguments are `arguments or parameters or {}` (Python `or`); a block
   `[]` is a valid block with no call (so `<tool_call>[]</tool_call>` scores format 1).
 - gold: a JSON string, a nested list of steps, or one flat step of dicts and bare names. A

@@ -47,7 +47,11 @@ hold special-token strings such as `<|im_end|>\\n<|im_start|>system`. `chat_ids`
 chat template with those strings swapped for private-use placeholders and encodes them back as
 plain text, so only the template's own markup becomes special ids (for text without such
 strings the ids equal the tokenizer's encoding of the rendered template). Non-special added
-tokens (`<tool_call>`, `<tool_response>`, ...) are encoded as the tokenizer always does.
+tokens (`<tool_call>`, `<tool_response>`, ...) are encoded as the tokenizer always does. Every
+text goes through `plain_ids`, which first replaces lone surrogates (a JSON `"\\ud800"` in a
+tool name, an endpoint reply or a data row; UTF-8 cannot encode them and the tokenizer would
+raise) with U+FFFD and counts them (segment.encodable): the rollout goes on. sft.example
+encodes with the same functions.
 
     rs = rollout(model, tok, tasks, simulator)   # one Rollout per task: repeat tasks G times for a group
 """
@@ -59,7 +63,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from segment import OPEN, Call, segment_masks, strip_think
+from segment import OPEN, Call, encodable, segment_masks, strip_think
 
 MAX_TURNS = 10       # SPEC §6: assistant turns per trajectory
 MAX_TOKENS = 8192    # SPEC §6: response tokens per trajectory, observations included
@@ -114,35 +118,69 @@ class Rollout:
 
 # ---------------------------------------------------------------------------------------------
 # ids: prompts and tool turns
-def chat_ids(tok, messages, tools=None, add_generation_prompt=True):
-    """`tok.apply_chat_template(messages, tools)` as ids, where a special-token string inside a
-    message or a tool definition is encoded as plain text: only the template's own markup can
-    become special ids."""
+def specials(tok):
+    """{special-token string: its placeholder}, longest string first; placeholders are private-use
+    code points from MARK on."""
     special = sorted((t.content for t in tok.added_tokens_decoder.values() if t.special), key=len, reverse=True)
-    find = re.compile("|".join(map(re.escape, special)) or "(?!)")  # (?!) matches nothing
-    marks = {s: chr(MARK + k) for k, s in enumerate(special)}
-    unmark = {m: s for s, m in marks.items()}
-    placeholder = re.compile(f"[{chr(MARK)}-{chr(MARK + max(len(special) - 1, 0))}]")
+    return {s: chr(MARK + k) for k, s in enumerate(special)}
 
-    def mark(x):  # placeholders already in the data are dropped, so they cannot forge a marked token
+
+def _placeholders(marks):
+    return re.compile(f"[{chr(MARK)}-{chr(MARK + max(len(marks) - 1, 0))}]")
+
+
+def mark(tok, x):
+    """`x` (a string, or dicts and lists of them, keys included) with each special-token string
+    swapped for its placeholder. Placeholders already in `x` are dropped, so data cannot forge one."""
+    marks = specials(tok)
+    find = re.compile("|".join(map(re.escape, marks)) or "(?!)")  # (?!) matches nothing
+    placeholder = _placeholders(marks)
+
+    def walk(x):
         if isinstance(x, str):
             return find.sub(lambda m: marks[m[0]], placeholder.sub("", x))
         if isinstance(x, dict):
-            return {k: mark(v) for k, v in x.items()}
+            return {walk(k): walk(v) for k, v in x.items()}
         if isinstance(x, (list, tuple)):
-            return [mark(v) for v in x]
+            return [walk(v) for v in x]
         return x
+    return walk(x)
 
-    text = tok.apply_chat_template(mark(messages), tools=mark(tools), tokenize=False,
+
+def render(tok, messages, tools=None, add_generation_prompt=True):
+    """The chat template's text for `mark`ed messages and tools: every special-token string left in
+    it is the template's own markup."""
+    return tok.apply_chat_template(mark(tok, messages), tools=mark(tok, tools), tokenize=False,
                                    add_generation_prompt=add_generation_prompt)
-    ids = []
-    for k, piece in enumerate(re.split(f"({find.pattern})", text)):  # odd pieces: the template's special tokens
-        if k % 2:
-            ids.append(tok.convert_tokens_to_ids(piece))
-        elif piece:
-            piece = placeholder.sub(lambda m: unmark.get(m[0], ""), piece)
-            ids += tok(piece, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-    return ids
+
+
+def plain_ids(tok, texts):
+    """Ids of each untrusted text as plain text, in one batched tokenizer call: made encodable
+    first (segment.encodable: a lone surrogate becomes U+FFFD instead of a TypeError out of the
+    tokenizer), and a special-token string in it encoded as text. Every untrusted text this
+    module, sft.py and bench/models.py tokenize goes through here."""
+    if not texts:
+        return []
+    return tok([encodable(t) for t in texts], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
+def template_ids(tok, texts):
+    """Ids of each text made by `render` (or `mark`): its special-token strings become special
+    ids, the rest, placeholders turned back into their strings, is `plain_ids`."""
+    marks = specials(tok)
+    unmark = {m: s for s, m in marks.items()}
+    find, placeholder = "|".join(map(re.escape, marks)) or "(?!)", _placeholders(marks)
+    parts = [re.split(f"({find})", t) for t in texts]  # odd pieces: the template's special tokens
+    plain = iter(plain_ids(tok, [placeholder.sub(lambda m: unmark.get(m[0], ""), x) for p in parts for x in p[::2]]))
+    return [[i for k, x in enumerate(p) for i in ([tok.convert_tokens_to_ids(x)] if k % 2 else next(plain))]
+            for p in parts]
+
+
+def chat_ids(tok, messages, tools=None, add_generation_prompt=True):
+    """`tok.apply_chat_template(messages, tools)` as ids, where a special-token string inside a
+    message or a tool definition is encoded as plain text: only the template's own markup can
+    become special ids. Lone surrogates anywhere in the text become U+FFFD (`plain_ids`)."""
+    return template_ids(tok, [render(tok, messages, tools, add_generation_prompt)])[0]
 
 
 def prompt_ids(tok, task):

@@ -19,16 +19,26 @@ step as a JSON list in one block. The helpers read policy text the way the relea
 
 - `strip_think` drops `<think>` or `<thinking>` up to the next `</think>` or `</thinking>`
   (the release pairs the tags freely: `<think>…</thinking>` is a block too); an unclosed
-  opening tag leaves the rest of the text as it is.
+  opening tag leaves the rest of the text as it is, so a `<tool_call>` after an unclosed
+  `<think>` is a call (answered, and scored in full), as in the release.
 - `find_blocks` gives the body between each `<tool_call>` and the next `</tool_call>`.
 - `parse_block` turns one body into `Call`s: malformed text becomes a `Call` whose `error`
   says what is wrong, ready to be shown to the policy ("Error: " + error) or counted as an
   invalid block. JSON goes through `loads`, so deep nesting, huge integers or megabytes of
   text are an error, not an exception.
+- `encodable` makes untrusted text safe to hand to a tokenizer. A Python string can hold a
+  lone surrogate (U+D800-U+DFFF: `json.loads('"\\ud800"')` makes one, so a tool call's name,
+  an endpoint's JSON reply or a data row can carry it), which UTF-8, and therefore every HF
+  tokenizer, cannot encode: the tokenizer raises TypeError. Every such code point (they are
+  the only ones UTF-8 cannot encode) becomes U+FFFD, visibly, and is counted process-wide;
+  `take_unencodable` returns the count since its last call (train.py logs it per RL step as
+  `unencodable`). rollout.plain_ids, the one way text reaches a tokenizer, calls it.
 
     python -c "import segment, torch; print(segment.segment_masks(torch.tensor([[0,1,1,0,1]])))"
 """
 import json
+import re
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -36,6 +46,25 @@ import torch
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 MAX_JSON_CHARS = 1_000_000  # bound on any JSON text parsed from the policy, an endpoint or a data row
 MAX_JSON_DEPTH = 64         # bound on its nesting (json.loads recurses once per level)
+SURROGATE = re.compile("[\ud800-\udfff]")  # the code points a str can hold and UTF-8 cannot encode
+REPLACEMENT = "\ufffd"      # U+FFFD REPLACEMENT CHARACTER: what an unencodable code point becomes
+_unencodable, _lock = [0], threading.Lock()  # replaced so far in this process (simulator threads call too)
+
+
+def encodable(text):
+    """`text` with every lone surrogate replaced by U+FFFD, in one linear pass; counted."""
+    text, n = SURROGATE.subn(REPLACEMENT, text)
+    if n:
+        with _lock:
+            _unencodable[0] += n
+    return text
+
+
+def take_unencodable():
+    """How many code points `encodable` replaced since the last call (then 0 again)."""
+    with _lock:
+        n, _unencodable[0] = _unencodable[0], 0
+    return n
 
 
 def loads(text, max_chars=MAX_JSON_CHARS, max_depth=MAX_JSON_DEPTH):

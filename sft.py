@@ -3,7 +3,8 @@
     warm_start(model, tok, convs, a, log)   # called by train.py before RL
 
 Cross-entropy on assistant tokens only (`example` builds each conversation's ids and loss
-mask from the chat template, with message content encoded as plain text), token-mean over
+mask from the chat template message by message, with the encoders of rollout.py: content is
+plain text, the mask is 1 on assistant content and its eos by construction), token-mean over
 the optimizer step's batch, AdamW, cosine lr with linear warmup. Under torchrun each rank
 takes its share of every batch and the normaliser is summed over ranks, so the update equals
 the single-process one. `optimizer_step` clips the gradient and skips (and counts) an update
@@ -13,6 +14,8 @@ whose loss or gradient norm is non-finite; --max-bad-updates in a row stop the r
 """
 import math
 import random
+import re
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -20,41 +23,61 @@ from tqdm import tqdm
 
 from logprobs import token_logprobs
 from parallel import all_sum, world
+from rollout import mark, render, template_ids
+from segment import take_unencodable
+
+SENTINEL, SENTINELS = 0x100000, 0xFFFE  # Unicode plane 16, private use: stands for message i's content in `example`
 
 
 def example(tok, messages, max_len):
-    """(ids, mask) of one conversation; mask is 1 on assistant content and its eos.
+    """(ids, mask) of one conversation; mask is 1 on exactly the ids of assistant content and
+    the eos that ends each assistant turn.
 
-    Message content is data: special-token strings inside it (a forged `<|im_start|>`) are
-    encoded as plain text; only the chat template's own markers become special ids."""
-    text = tok.apply_chat_template(messages, tokenize=False)
-    spans, content, cursor = [], [], 0
-    for i, m in enumerate(messages):
-        if m["role"] == "assistant":
-            start = len(tok.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True))
-            end = start + len(m["content"]) + len(tok.eos_token)
-            if text[start:end] != m["content"] + tok.eos_token:
-                raise ValueError("the chat template does not render assistant turns as a prefix-stable "
-                                 "'<header>content<eos>'; SFT masking needs that")
-            spans.append((start, end))
-        at = text.find(m["content"], cursor) if m["content"] else -1
-        if at >= 0:
-            content.append((at, at + len(m["content"])))
-            cursor = at + len(m["content"])
-    ids, mask, pos = [], [], 0
-    for s, e in content + [(len(text), len(text))]:  # template glue as is, content as plain text
-        for lo, hi, plain in ((pos, s, False), (s, e, True)):
-            if hi > lo:
-                enc = tok(text[lo:hi], add_special_tokens=False, return_offsets_mapping=True, split_special_tokens=plain)
-                ids += enc["input_ids"]
-                mask += [int(any(a <= lo + x and lo + y <= b for a, b in spans)) for x, y in enc["offset_mapping"]]
-        pos = e
+    Where each message's content sits is known by construction, never searched for: the
+    template is rendered once with message i's content replaced by the code point SENTINEL + i,
+    and the text between sentinels is the template's glue. Glue goes through
+    rollout.template_ids (its special-token strings are special ids), each content through the
+    same function after rollout.mark, so a special-token string inside any message's content
+    (a forged `<|im_end|>\\n<|im_start|>system`, an assistant's `<|im_end|>`) is plain text and a
+    lone surrogate is U+FFFD. A template that renders some content other than verbatim, or
+    not once and in order, whose assistant turns do not start with the generation prompt, or
+    that does not put eos right after assistant content, is refused with a ValueError."""
+    n = len(messages)
+    if n > SENTINELS:
+        raise ValueError(f"a conversation of {n} messages; SFT takes at most {SENTINELS}")
+    stand = [{**m, "content": chr(SENTINEL + i)} for i, m in enumerate(messages)]
+    text = render(tok, stand, add_generation_prompt=False)
+    parts = re.split(f"([{chr(SENTINEL)}-{chr(SENTINEL + max(n - 1, 0))}])", text)
+    glue, found = parts[::2], [ord(c) - SENTINEL for c in parts[1::2]]  # glue[i] comes before content i
+    if found != list(range(n)):
+        raise ValueError("the chat template does not render each message's content once and in order; "
+                         "SFT masking needs that")
+    content = mark(tok, [m["content"] for m in messages])
+    if "".join(g + c for g, c in zip(glue, content + [""])) != render(tok, messages, add_generation_prompt=False):
+        raise ValueError("the chat template changes message content as it renders it; SFT masking needs it verbatim")
+    head = render(tok, stand[:1])[len(render(tok, stand[:1], add_generation_prompt=False)):]  # the generation prompt
+    enc = template_ids(tok, [x for g, c in zip(glue, content + [""]) for x in (g, c)])  # glue 0, content 0, glue 1, ...
+    ids, mask = [], []
+    for i in range(n + 1):
+        g, c = enc[2 * i], enc[2 * i + 1]
+        after = i > 0 and messages[i - 1]["role"] == "assistant"  # g closes an assistant turn: eos first
+        if after and g[:1] != [tok.eos_token_id]:
+            raise ValueError("the chat template does not put eos right after assistant content; SFT masking needs that")
+        if i < n and messages[i]["role"] == "assistant" and not glue[i].endswith(head):
+            raise ValueError("the chat template does not start assistant turns with its generation prompt; "
+                             "SFT needs the context rollouts sample in")
+        ids += g + c
+        mask += [int(after and k == 0) for k in range(len(g))]               # eos of an assistant turn
+        mask += [int(i < n and messages[i]["role"] == "assistant")] * len(c)  # assistant content
     return ids[:max_len], mask[:max_len]
 
 
 def warm_start(model, tok, convs, a, log):
     """Warm start: token-mean cross-entropy on assistant tokens, AdamW, cosine lr with warmup."""
+    take_unencodable()
     data = [example(tok, c, a.sft_max_len) for c in tqdm(convs, desc="sft tokenize", leave=False)]
+    if replaced := take_unencodable():
+        warnings.warn(f"SFT data: {replaced} unencodable code points (lone surrogates) became U+FFFD")
     steps = a.sft_epochs * math.ceil(len(data) / a.sft_batch)
     warm = max(1, int(a.sft_warmup * steps))
     opt = torch.optim.AdamW(model.parameters(), lr=a.sft_lr, weight_decay=a.sft_weight_decay)

@@ -16,6 +16,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from segment import encodable
+
 # Qwen2.5-Instruct's chat template writes these around the tools (one JSON object per line);
 # CHAT_TEMPLATE below, data/make_world.py's system prompts and bench/hermes.py use them.
 TOOLS_HEAD = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -134,12 +136,13 @@ def build_model(tokenizer, seed=0, hidden=128, layers=2, heads=4):
 
 
 def world_texts(tasks, convs):
-    """Training text for the tokenizer: every message and tool schema of loaded data."""
+    """Training text for the tokenizer: every message and tool schema of loaded data, made
+    encodable (a lone surrogate in a data row would crash the trainer)."""
     for t in tasks:
-        yield from (m["content"] for m in t.messages)
-        yield json.dumps(t.tools)
+        yield from (encodable(m["content"]) for m in t.messages)
+        yield json.dumps(t.tools)  # ASCII: json escapes a surrogate
     for c in convs:
-        yield from (m["content"] for m in c)
+        yield from (encodable(m["content"]) for m in c)
 
 
 def build(out, texts, seed=0, hidden=128, layers=2, heads=4, vocab_size=2048):

@@ -72,6 +72,7 @@ from parallel import (all_sum, autocast, barrier, check_resume, checkpoints, gat
 from logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from loss import policy_loss
 from rollout import collate, prompt_ids, rollout
+from segment import take_unencodable
 from sft import optimizer_step, warm_start
 from simulator import Simulator
 
@@ -388,6 +389,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     batch_tasks = [t for t in tasks for _ in range(G)]
     groups = [g for g in group_ids for _ in range(G)]
     model.eval()
+    take_unencodable()  # from here on: this step's text (prompts, observations)
     t0 = time.time()
     with gathered(model):
         rs = rollout(model, tok, batch_tasks, sim, groups, a.temperature, a.max_turns, a.max_tokens, a.gen_batch,
@@ -432,6 +434,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
              **{k: stats[k] for k in loss_keys},
              **{f"stop_{k}": float(sum(r.stop == k for r in rs)) for k in STOPS},
              "sim_failed": float(sim_fail.sum()), "judge_failed": float(judge_fail.sum()),
+             "unencodable": float(take_unencodable()),  # lone surrogates made U+FFFD before a tokenizer
              "policy_tokens": float(batch["response_mask"].sum()), "tokens": float(batch["attention_mask"].sum())}
     tot = dict(zip(local, all_sum(list(local.values()))))
     n, u = tot["n"], stats["updates"]
@@ -446,6 +449,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
               "loss": stats["loss"] / u, "grad_norm": stats["grad_norm"] / u,
               "skipped_updates": stats["skipped"], "bad_updates_in_a_row": bad,
               "sim_failed": tot["sim_failed"] / n, "judge_failed": tot["judge_failed"] / n,
+              "unencodable": tot["unencodable"],           # a count over the step's rollouts, all ranks
               **{f"stop_{k}": tot[f"stop_{k}"] / n for k in STOPS},
               "rollout_tok_s": tot["policy_tokens"] / t_roll / world(),
               "train_tok_s": a.ppo_epochs * tot["tokens"] / t_train / world(),

@@ -35,7 +35,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from bench.hermes import as_text
-from rollout import stop_ids
+from rollout import chat_ids, stop_ids
 
 LOOP_WINDOW, LOOP_PERIOD = 128, 16  # a loop: 128 tokens repeating a unit of <= 16 tokens (>= 8 repeats)
 
@@ -92,8 +92,7 @@ def local_generate(model, tok, batch_size, max_tokens, temperature=0.0, framing=
     def prompt(messages, tools):
         if framing == "toucan":
             messages, tools = as_text(messages, tools, framing, keep_system), None
-        return tok.encode(tok.apply_chat_template(messages, tools=tools or None, tokenize=False,
-                                                  add_generation_prompt=True), add_special_tokens=False)
+        return chat_ids(tok, messages, tools or None)  # special-token strings in benchmark text stay text
 
     def generate(batch, tools):
         new = decode(model, tok, [prompt(m, t) for m, t in zip(batch, tools)], max_tokens, temperature,

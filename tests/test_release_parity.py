@@ -156,6 +156,9 @@ def test_parity_on_random_trajectories():
     # a think block closed by the other tag
     ('<think><tool_call>{"name": "f"}</tool_call></thinking>ok', [["f"]], ["f"]),
     ('<thinking>x</think><tool_call>{"name": "f"}</tool_call>', [["f"]], ["f"]),
+    # an unclosed think: nothing is stripped, the call after it counts
+    ('<think>plan it<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>', [[{"name": "f", "arguments": {"a": 1}}]], ["f"]),
+    ('<think>a</think>b<think>c<tool_call>{"name": "f"}</tool_call>', [["f"]], ["f"]),
     # an empty list, garbage: not an omission for the release
     ("<tool_call>[]</tool_call>", [[{"name": "f", "arguments": {"a": 1}}]], ["f"]),
     ("<tool_call>garbage</tool_call>", [["f"]], ["f"]),
@@ -173,3 +176,14 @@ def test_parity_on_random_trajectories():
 ])
 def test_parity_named_edges(t, g, a):
     assert project_parts(t, g, a) == release_parts(t, g, a)
+
+
+def test_an_unclosed_think_does_not_hide_a_call():
+    """The release's pattern needs a closing tag: an unclosed `<think>` strips nothing, so a call
+    after it is a full call (process 1.0), and a call inside a closed think is no call at all."""
+    g, a = [[{"name": "f", "arguments": {"a": 1}}]], ["f"]
+    call = '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>'
+    parts = project_parts("<think>I should call f" + call, g, a)
+    assert parts == release_parts("<think>I should call f" + call, g, a) and parts["omission"] == 0
+    assert all(parts[k] == 1.0 for k in PARTS)
+    assert project_parts("<think>" + call + "</think>", g, a)["omission"] == 1.0

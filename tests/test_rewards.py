@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 from release_reward import PARTS, release_parts
 from rewards import (MAX_JUDGE_CHARS, FactsJudge, NoisyJudge, loose_equal, normalize_gold, predicted_calls, process_score, score,
                      summary_score, turn_rewards, WEIGHTS)
-from test_segment import FUZZ, MB, SOUP, fast
+from test_segment import FUZZ, MB, SOUP, linear
 
 DEEP = []  # a list nested 10,000 deep: str() and json.dumps() of it raise RecursionError
 for _ in range(10_000):
@@ -333,22 +333,23 @@ def test_loose_equal_never_raises(x, y):
     assert loose_equal(float("nan"), "NaN") is True  # equal strings, as in the release
 
 
-def test_megabyte_trajectories_score_fast():
+def test_megabyte_trajectories_score_in_linear_time():
     one = block(call("f", a=1, b="x"))
-    text = one * (MB // len(one))
+    text = lambda n: one * (n // len(one))  # noqa: E731
     gold = [[call("f", a=1, b="x"), call("g")], [call("f", a=2)], [call("f", b="y")]]
-    blocks, denom = fast(predicted_calls, text, ["f", "g"])
+    blocks, denom = linear(predicted_calls, lambda n: [text(n), ["f", "g"]])
     assert len(blocks) == denom == MB // len(one)
-    s = fast(process_score, text, gold, ["f", "g"])
+    s = linear(process_score, lambda n: [text(n), gold, ["f", "g"]])
     assert 0 <= s["process"] <= 1
-    out = fast(score, text, text, [text, text], task(gold), FactsJudge())
+    out = linear(score, lambda n: [text(n), text(n), [text(n), text(n)], task(gold), FactsJudge()])
     assert -0.5 <= out["score"] <= 2.0
-    for hostile in ["<tool_call>" * (MB // 11), "<think>" + "x" * MB, "<tool_call>" + "[" * MB + "</tool_call>",
-                    ("<tool_call>" + "9" * 5000 + "</tool_call>") * (MB // 5023)]:
-        out = fast(score, hostile, hostile, [hostile], task(gold, facts=["1"]), FactsJudge())
+    for hostile in [lambda n: "<tool_call>" * (n // 11), lambda n: "<think>" + "x" * n,
+                    lambda n: "<tool_call>" + "[" * n + "</tool_call>",
+                    lambda n: ("<tool_call>" + "9" * 5000 + "</tool_call>") * (n // 5023)]:
+        out = linear(score, lambda n: [hostile(n), hostile(n), [hostile(n)], task(gold, facts=["1"]), FactsJudge()])
         assert -0.5 <= out["score"] <= 2.0
-    assert fast(loose_equal, "a" * MB, "a" * MB + " ") is True
-    assert fast(loose_equal, 10 ** 100_000, 10 ** 100_000) is False  # cannot be printed: not equal
+    assert linear(loose_equal, lambda n: ["a" * n, "a" * n + " "], n=MB) is True  # 1 and 4 MB: both past the L2 cache
+    assert linear(loose_equal, lambda n: [10 ** (n // 10), 10 ** (n // 10)]) is False  # cannot be printed: not equal
 
 
 # Hostile inputs for the fuzz test below: the first bytes pick gold, allowed tools, judge and two

@@ -1,4 +1,5 @@
 """segment.py: masks from the response mask (SPEC §1) and the call parser."""
+import gc
 import re
 import time
 
@@ -116,28 +117,53 @@ def test_parse_block_hostile_json_is_an_error():
     assert c.error.startswith("Invalid tool arguments format - ")
 
 
-def fast(f, *args):
-    """f(*args), asserting it took under 1 s of this process's CPU (other jobs on the machine do not count)."""
-    t = time.process_time()
-    out = f(*args)
-    assert time.process_time() - t < 1.0, f"{f.__name__} took {time.process_time() - t:.1f} s"
+def cpu(f, args):
+    """CPU seconds per call of f(*args), and its result: after one call to warm up, the best of
+    3 runs of k calls (k doubles until a run takes 10 ms, so the clock's jitter does not time a
+    microsecond call), with the garbage collector off (its passes over every live object would
+    make the time of allocating n objects grow faster than n)."""
+    out, k, runs = f(*args), 1, []
+    gc.disable()
+    try:
+        while len(runs) < 3:
+            t = time.process_time()
+            for _ in range(k):
+                f(*args)
+            dt = time.process_time() - t
+            if dt < 0.01:
+                k, runs = 2 * k, []
+            else:
+                runs.append(dt / k)
+    finally:
+        gc.enable()
+    return min(runs), out
+
+
+def linear(f, make, n=MB // 4):
+    """f(*make(4 * n)), asserting that its CPU time grows linearly: at 4n under 10 times that at
+    n (linear code takes about 4 times, up to 7 where the larger input no longer fits the CPU's
+    cache; quadratic 16). A ratio of two times on one machine, never an absolute bound: a busy
+    machine slows both sizes alike."""
+    small, _ = cpu(f, make(n))
+    big, out = cpu(f, make(4 * n))
+    assert big < 10 * small, f"{getattr(f, '__name__', f)}: {big:.4f} s at 4n, {small:.4f} s at n"
     return out
 
 
 def test_megabyte_inputs_are_linear():
-    assert fast(find_blocks, "<tool_call>" * 20_000) == []  # 15 s with the old regex
-    assert fast(find_blocks, "<tool_call>" * (MB // 11)) == []
-    assert len(fast(find_blocks, "<tool_call>x</tool_call>" * (MB // 24))) == MB // 24
-    assert fast(strip_think, "<think>" * 20_000) == "<think>" * 20_000  # 25 s with the old regex
-    assert fast(strip_think, "<think>" * (MB // 7)) == "<think>" * (MB // 7)
-    unclosed = "<think>" + "x" * MB
-    assert fast(strip_think, unclosed) == unclosed
-    assert fast(strip_think, "<think>a</thinking>" * (MB // 19)) == ""
-    assert fast(strip_think, "</think><thinkX" * (MB // 15)) == "</think><thinkX" * (MB // 15)
-    for body in ["[" * MB, "{" * MB, "7" * MB, '"' + "a" * MB, "[1," * (MB // 3) + "1]", " " * MB]:
-        c, = fast(parse_block, body)
+    assert linear(find_blocks, lambda n: ["<tool_call>" * (n // 50)]) == []  # the old regex: 15 s at 4n, quadratic
+    assert linear(find_blocks, lambda n: ["<tool_call>" * (n // 11)]) == []
+    assert len(linear(find_blocks, lambda n: ["<tool_call>x</tool_call>" * (n // 24)])) == MB // 24
+    assert linear(strip_think, lambda n: ["<think>" * (n // 50)]) == "<think>" * (MB // 50)  # the old regex: 25 s at 4n
+    assert linear(strip_think, lambda n: ["<think>" * (n // 7)]) == "<think>" * (MB // 7)
+    assert linear(strip_think, lambda n: ["<think>" + "x" * n]) == "<think>" + "x" * MB
+    assert linear(strip_think, lambda n: ["<think>a</thinking>" * (n // 19)]) == ""
+    assert linear(strip_think, lambda n: ["</think><thinkX" * (n // 15)]) == "</think><thinkX" * (MB // 15)
+    for body in [lambda n: "[" * n, lambda n: "{" * n, lambda n: "7" * n, lambda n: '"' + "a" * n,
+                 lambda n: "[1," * (n // 3) + "1]", lambda n: " " * n]:
+        c, = linear(parse_block, lambda n: [body(n)])
         assert c.error
-    calls = fast(parse_block, "[" + ",".join(['{"name": "f", "arguments": {"a": 1}}'] * (MB // 40)) + "]")
+    calls = linear(parse_block, lambda n: ["[" + ",".join(['{"name": "f", "arguments": {"a": 1}}'] * (n // 40)) + "]"])
     assert len(calls) == MB // 40 and not any(c.error for c in calls)
 
 
@@ -173,12 +199,9 @@ def test_text_helpers_fuzz(text):
 
 
 def test_drop_blocks_equals_the_regex_and_is_linear():
-    import time
     from segment import drop_blocks
     pattern = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
     for t in ["a<tool_call>x</tool_call>b<tool_call>y", "<tool_call><tool_call>1</tool_call></tool_call>", "",
               "</tool_call><tool_call>", "x<tool_call></tool_call>y"]:
         assert drop_blocks(t) == pattern.sub("", t)
-    t0 = time.process_time()
-    drop_blocks("<tool_call>" * 100_000)
-    assert time.process_time() - t0 < 1.0
+    assert linear(drop_blocks, lambda n: ["<tool_call>" * (n // 11)]) == "<tool_call>" * (MB // 11)

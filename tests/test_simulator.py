@@ -3,7 +3,6 @@ truncation, cache, and robustness against hostile text, tasks, schemas and answe
 import json
 import re
 import threading
-import time
 import types
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 import simulator
 from segment import Call
 from simulator import FAILED, NO_CALL, NO_RESULT, Simulator, parse_calls, truncate, unwrap
+from test_segment import linear
 
 torch.set_num_threads(1)
 
@@ -278,15 +278,20 @@ def test_remote_and_file_refs_are_never_fetched(tmp_path):
         "Tool 'now' arguments do not match its schema: 1 is not of type 'string' at '$.x'"]
 
 
-def test_schema_patterns_are_time_bounded():
+def test_schema_patterns_are_time_bounded(monkeypatch):
     def tools(prop):
         return [{"type": "function", "function": {"name": "now", "parameters": {"type": "object", **prop}}}]
 
     catastrophic = tools({"properties": {"x": {"type": "string", "pattern": "^(a|aa)+$"}}})
-    start = time.time()
+    budgets, search = [], simulator.regex.search
+
+    def spy(pattern, text, timeout):  # a structural bound: every match runs under the call's budget
+        budgets.append(timeout)
+        return search(pattern, text, timeout=timeout)
+    monkeypatch.setattr(simulator.regex, "search", spy)
     assert one(Simulator(), turn({"name": "now", "arguments": {"x": "a" * 60 + "!"}}), task(catastrophic)) == [
         NO_RESULT]  # out of time counts as matching; re would backtrack for years
-    assert time.time() - start < 1.0
+    assert budgets and all(0 < b <= simulator.PATTERN_SECONDS for b in budgets)
     plain = tools({"properties": {"x": {"pattern": "^[a-z]+$"}}, "patternProperties": {"^n_": {"type": "integer"}}})
     assert one(Simulator(), turn({"name": "now", "arguments": {"x": "A1"}}), task(plain)) == [
         "Tool 'now' arguments do not match its schema: 'A1' does not match '^[a-z]+$' at '$.x'"]
@@ -411,10 +416,10 @@ def test_no_answer_is_a_failed_call_asked_once():
 
 
 def test_the_answer_is_bounded():
-    big = "<tool_response>" * 50_000 + "x" * 500_000 + "</tool_response>" + "<tool_response>" * 50_000
-    start = time.time()
-    [obs] = one(Simulator("llm", Scripted(lambda p: big)), turn({"name": "now"}))
-    assert time.time() - start < 1.0
+    def big(n):  # n = 1 MB: 50,000 open tags, 500,000 x's, 50,000 open tags
+        return "<tool_response>" * (n // 20) + "x" * (n // 2) + "</tool_response>" + "<tool_response>" * (n // 20)
+    [obs] = linear(lambda text: one(Simulator("llm", Scripted(lambda p: text)), turn({"name": "now"})),
+                   lambda n: [big(n)])
     assert len(obs) == 2048 and obs == truncate("x" * 500_000, 2048)  # the last complete body, cut
 
 
@@ -551,21 +556,19 @@ def test_respond_never_raises(pairs, malformed, llm_backend, ablate, replies):
         assert all(c.failed == o.startswith(FAILED) for c, o in zip(calls, obs) if not c.error)
 
 
-@pytest.mark.parametrize("text", [
-    "<tool_call>" * 90_000,
-    "<think>" * 140_000 + "</tool_call>",
-    "<thinking><think>" * 60_000,
-    "<tool_call>" + "[" * 1_000_000 + "</tool_call>",
-    "<tool_call>" + json.dumps({"name": "get_weather", "arguments": {"city": "x" * 999_000, "unit": "c"}})
-    + "</tool_call>",
-    ("<tool_call>" + json.dumps([{"name": "now"}] * 5) + "</tool_call>") * 20_000,
-    "<tool_call>" + "9" * 999_000 + "</tool_call>",
+@pytest.mark.parametrize("text", [  # each a function of n; about 1 MB at n = 1,000,000
+    lambda n: "<tool_call>" * (n // 11),
+    lambda n: "<think>" * (n // 7) + "</tool_call>",
+    lambda n: "<thinking><think>" * (n // 17),
+    lambda n: "<tool_call>" + "[" * n + "</tool_call>",
+    lambda n: "<tool_call>" + json.dumps({"name": "get_weather",
+                                          "arguments": {"city": "x" * (n - 1000), "unit": "c"}}) + "</tool_call>",
+    lambda n: ("<tool_call>" + json.dumps([{"name": "now"}] * 5) + "</tool_call>") * (n // 50),
+    lambda n: "<tool_call>" + "9" * (n - 1000) + "</tool_call>",
 ], ids=["unclosed calls", "unclosed thinks", "mixed thinks", "deep brackets", "a long argument",
         "many blocks", "a huge int"])
 @pytest.mark.parametrize("malformed", ["end", "answer"])
-def test_a_megabyte_of_hostile_text_takes_under_a_second(text, malformed):
+def test_a_megabyte_of_hostile_text_takes_linear_time(text, malformed):
     sim = Simulator(malformed=malformed)
-    start = time.time()
-    [(calls, obs)] = sim.respond([text], [task()])
-    assert time.time() - start < 1.0
+    [(calls, obs)] = linear(sim.respond, lambda n: [[text(n)], [task()]])
     assert len(calls) == len(obs) <= 20 and all(len(o) <= 2048 for o in obs)
