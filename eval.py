@@ -104,7 +104,7 @@ def append_jsonl(path, rows):
             cut = f.read(1) != b"\n"  # the last line was cut by a crash
     with open(path, "a") as f:
         f.write("\n" if cut else "")
-        f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        f.writelines(json.dumps(row) + "\n" for row in rows)
 
 
 def ident(name):

@@ -134,6 +134,13 @@ def test_bonus_rows_get_the_redundant_call_rate():
 # result files, fingerprints, aggregation
 # --------------------------------------------------------------------------------------------
 
+def test_results_hold_a_lone_surrogate(tmp_path):
+    """A policy's observation can hold a lone surrogate (a JSON "\\ud800"): the result line is
+    written (ASCII escapes) and reads back the same, instead of a UnicodeEncodeError."""
+    E.append_jsonl(tmp_path / "r.jsonl", [{"id": 0, "turns": [{"text": "x\ud800y"}]}])
+    assert E.read_jsonl(tmp_path / "r.jsonl") == [{"id": 0, "turns": [{"text": "x\ud800y"}]}]
+
+
 def test_results_survive_a_line_cut_by_a_crash(tmp_path):
     path = tmp_path / "sub" / "r.jsonl"
     E.append_jsonl(path, [{"id": 0}, {"id": 1}])
