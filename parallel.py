@@ -75,12 +75,25 @@ def shard(model, dtype):
     single process."""
     if world() == 1:
         return model
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
     mp = MixedPrecisionPolicy(param_dtype=getattr(torch, dtype), reduce_dtype=torch.float32)
     for layer in [m for m in model.modules() if type(m).__name__ in model._no_split_modules]:  # decoder layers
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
+    model.root_call = lambda fn: fn()            # `as_forward` runs fn inside the root's forward hooks
+    register_fsdp_forward_method(model, "root_call")
     return model
+
+
+def as_forward(model, fn):
+    """fn() run as a forward pass of `model`, for work that uses the root's own parameters
+    outside model(...) (logprobs.py runs the trunk, then the output head in chunks). Under FSDP2
+    the root's parameters (embeddings, final norm, lm_head, tied or not) are whole only inside
+    a forward of the root: here they are gathered before fn, a hook on fn's output gathers them
+    again for the backward, and their gradients are reduce-scattered after it, as for model(...).
+    fn must call the model's parts (`model.get_decoder()`), never model(...) itself: a nested
+    root forward would reshard them on its way out. A plain call in one process."""
+    return model.root_call(fn) if hasattr(model, "root_call") else fn()
 
 
 def autocast(a):

@@ -37,6 +37,8 @@ def update(agg, rank=0, world=1):
     rows = [p * G + g for p in train.rank_prompts(P, a.mini_batch, rank, world) for g in range(G)]
     model = parallel.shard(model, a.dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    with parallel.gathered(model), torch.no_grad():                      # as rl_step: sampling, then the update
+        model(input_ids=ids[:1])
     stats, _ = train.ppo_update(model, opt, {k: v[rows] for k, v in batch.items()}, old[rows], ref[rows], A[rows], a, 0)
     return parallel.full_state(model)[0], stats["loss"], stats["grad_norm"]
 
