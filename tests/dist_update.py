@@ -3,7 +3,10 @@ test (tests/test_distributed.py): `torchrun --nproc_per_node N tests/dist_update
 
 Every rank builds the same global batch (4 prompts × G = 2 rollouts, seeded) and keeps the
 rows of its prompts (train.rank_prompts); with N > 1 the policy is sharded with FSDP2 on the
-gloo backend. Rank 0 saves the updated weights of each loss aggregation to OUT."""
+gloo backend. As in train.rl_step, the policy first runs a forward under `gathered` (the
+sampling), then the update. Rank 0 saves (weights, loss, grad norm) of each case in CASES to
+OUT: both loss aggregations on rows of random ids, and token-mean on rows whose G rollouts
+share their first SHARED ids (the shared-prompt path: a prompt pass, then the responses)."""
 import sys
 
 import torch
@@ -13,10 +16,14 @@ import train
 from helpers import tiny_model
 
 P, G, L = 4, 2, 12
+SHARED = 5  # ids a prompt's rollouts have in common in the "shared" case
+CASES = {"seq-mean-token-mean": ("seq-mean-token-mean", False), "token-mean": ("token-mean", False),
+         "shared": ("token-mean", True)}
 
 
-def update(agg, rank=0, world=1):
+def update(case, rank=0, world=1):
     """Two PPO epochs of two mini-batches on this rank's rows: (weights, loss, grad norm)."""
+    agg, shared = CASES[case]
     a = train.get_args(["--data", "data/world/rl.jsonl", "--prompts-per-step", str(P), "--mini-batch", "2",
                         "--group-size", str(G), "--micro-batch", "3", "--lr", "1e-2", "--loss-agg", agg,
                         "--grad-clip", "0.5", "--ppo-epochs", "2", "--device", "cpu"])
@@ -24,6 +31,8 @@ def update(agg, rank=0, world=1):
     model = tiny_model()
     V = model.config.vocab_size
     ids = torch.randint(0, V, (P * G, L))                                 # (B, L)
+    if shared:
+        ids.view(P, G, L)[:, 1:, :SHARED] = ids.view(P, G, L)[:, :1, :SHARED]
     attn = torch.ones(P * G, L, dtype=torch.long)
     attn[::3, -3:] = 0                                                    # some right padding
     resp = (torch.rand(P * G, L) < 0.7).long() * attn
@@ -46,7 +55,7 @@ def update(agg, rank=0, world=1):
 if __name__ == "__main__":
     a = train.get_args(["--data", "data/world/rl.jsonl", "--device", "cpu"])
     rank, world = parallel.setup_dist(a)
-    out = {agg: update(agg, rank, world) for agg in ("seq-mean-token-mean", "token-mean")}
+    out = {case: update(case, rank, world) for case in CASES}
     if rank == 0:
         torch.save(out, sys.argv[1])
     torch.distributed.destroy_process_group()
