@@ -19,6 +19,7 @@ P, G, L = 4, 2, 12
 SHARED = 5  # ids a prompt's rollouts have in common in the "shared" case
 CASES = {"seq-mean-token-mean": ("seq-mean-token-mean", False), "token-mean": ("token-mean", False),
          "shared": ("token-mean", True)}
+EPS = 1e-6  # AdamW's eps, above float32 rounding of the gradients (see test_distributed.py)
 
 
 def update(case, rank=0, world=1):
@@ -45,7 +46,7 @@ def update(case, rank=0, world=1):
     A = torch.randn(P * G, L) * resp
     rows = [p * G + g for p in train.rank_prompts(P, a.mini_batch, rank, world) for g in range(G)]
     model = parallel.shard(model, a.dtype)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay, eps=EPS)
     with parallel.gathered(model), torch.no_grad():                      # as rl_step: sampling, then the update
         model(input_ids=ids[:1])
     stats, _ = train.ppo_update(model, opt, {k: v[rows] for k, v in batch.items()}, old[rows], ref[rows], A[rows], a, 0)

@@ -57,9 +57,11 @@ def test_gloo_two_process_fsdp_update_equals_one_process(tmp_path):
         assert abs(loss - want_loss) < 1e-5 and abs(norm - want_norm) < 1e-4, case
         assert state.keys() == want.keys() == start.keys()
         assert any(not torch.equal(v, start[k]) for k, v in want.items())  # the update moved the weights
-        # within 1e-3 of a learning-rate step: AdamW's first step, lr·g/(|g| + 1e-8), turns a rounding
-        # difference d in a gradient into up to lr·d/1e-8 in the weights (the shared case cuts its response
-        # passes differently in one process, which moved weights by 6e-7 against the 2e-6 once asked here)
+        # within 1e-3 of a learning-rate step. AdamW's step lr·m/(sqrt(v) + eps) turns a rounding difference d
+        # in a gradient entry into up to lr·d/eps in the weights, and the key biases' gradients are rounding
+        # noise (softmax ignores a constant added to all of a query's scores; 1e-11-2e-9 here). With torch's
+        # eps = 1e-8 the shared case (its response passes are cut differently in one process) was 6e-7 from
+        # the one-process weights at the key bias, against the 2e-6 asked here before; eps = 1e-6: 1.4e-7.
         for k, v in want.items():
             assert torch.allclose(v, state[k], atol=1e-3 * LR, rtol=1e-5), (case, k)
 
@@ -113,15 +115,16 @@ def test_torchrun_train_py_float32_first_update_equals_one_process(tmp_path):
     assert all(torch.isfinite(torch.tensor([s["loss"], s["grad_norm"]])).all() for s in (one, two))
     assert ref_diff < 1e-5 and old_diff < 1e-5                              # FSDP2's no-grad passes and sampling
     # the loss is near 0 at the first update (ratio 1, group advantages of mean 0), so the gradient is the
-    # test: its norm to float32 rounding, and the weights after one AdamW step (lr 1e-4 moves each by up to
-    # 1e-4; a rounding difference d in a gradient moves it by at most lr·d/1e-8, 1e-5 for d = 1e-9)
+    # test: its norm to float32 rounding, and the weights after one AdamW step, which moves each by up to
+    # lr = 1e-4 (measured: 2.3e-7 apart). The key biases' gradients are rounding noise (see above), which
+    # the step lr·g/(|g| + 1e-8) can turn into anything up to lr: for them, only that bound (2·lr apart).
     assert abs(one["loss"] - two["loss"]) < 1e-6
     assert one["grad_norm"] > 0 and abs(one["grad_norm"] - two["grad_norm"]) < 1e-4 * one["grad_norm"]
     saved = torch.load(out / "ckpt" / "step-1" / "state.pt", weights_only=False)["model"]   # after step 0
     start = load_policy(str(out / "sft"))[0].state_dict()
     assert any((weights[k] - start[k]).abs().max() > 5e-5 for k in start)  # the step moved the weights
     for k, v in saved.items():
-        assert torch.allclose(v, weights[k], atol=1e-5, rtol=0), k
+        assert torch.allclose(v, weights[k], atol=2e-4 if k.endswith("k_proj.bias") else 1e-5, rtol=0), k
 
 
 @pytest.mark.slow
