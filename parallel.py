@@ -16,11 +16,14 @@ exists is complete; it holds the whole model and optimizer state (gathered to ra
 rank's RNG state, the next step and the data order, and the config. `check_resume` refuses a
 resumed run whose config differs, naming the keys.
 """
+import ctypes
 import json
 import os
 import random
 import re
 import shutil
+import signal
+import sys
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -37,9 +40,21 @@ def setup_dist(a):
     cuda = torch.cuda.is_available() and (a.device or "cuda").startswith("cuda")
     if cuda:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    die_with_agent()
     dist.init_process_group("nccl" if cuda else "gloo")
     a.device = f"cuda:{os.environ['LOCAL_RANK']}" if cuda else "cpu"
     return dist.get_rank(), dist.get_world_size()
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_agent():
+    """torchrun starts each worker in a session of its own, so a SIGKILL of torchrun (kill -9 of
+    the job, the OOM killer) leaves the workers training and writing to --out, beside a later
+    --resume. On Linux the kernel is asked to SIGKILL this worker when its parent, the agent, dies."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def world():

@@ -5,8 +5,9 @@
 It runs train.main unchanged, with two optional hooks set by environment variables:
 DIST_RECORD=FOLDER saves each rank's first PPO update to FOLDER/ppo-rank<r>.pt (its inputs:
 this rank's rollout batch, old and reference log-probs and advantages; and the stats it
-returned), so a one-process update can be run on the same rollouts; DIST_DIE_AFTER=N makes
-every rank SIGKILL itself once checkpoint step-N is complete, as a killed job would."""
+returned), so a one-process update can be run on the same rollouts; DIST_KILL_AFTER=N makes
+rank 0 SIGKILL the torchrun agent (the workers' parent) once checkpoint step-N is complete, as
+`kill -9` of the job would; the workers must then die with it (parallel.die_with_agent)."""
 import os
 import signal
 import sys
@@ -16,7 +17,7 @@ import torch
 import train
 
 real_update, real_save = train.ppo_update, train.save_checkpoint
-record, die_after = os.environ.get("DIST_RECORD"), os.environ.get("DIST_DIE_AFTER")
+record, kill_after = os.environ.get("DIST_RECORD"), os.environ.get("DIST_KILL_AFTER")
 
 
 def ppo_update(model, opt, batch, old, ref, A, a, bad):
@@ -32,8 +33,8 @@ def ppo_update(model, opt, batch, old, ref, A, a, bad):
 
 def save_checkpoint(model, opt, a, step, order, rank):
     real_save(model, opt, a, step, order, rank)
-    if die_after and step == int(die_after):
-        os.kill(os.getpid(), signal.SIGKILL)
+    if kill_after and step == int(kill_after) and rank == 0:
+        os.kill(os.getppid(), signal.SIGKILL)
 
 
 train.ppo_update, train.save_checkpoint = ppo_update, save_checkpoint
