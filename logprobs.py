@@ -6,11 +6,13 @@ in checkpointed chunks, so (N, vocab) logits never exist at once. Given group la
 rows of a group (the G rollouts of a prompt) share their longest common prefix: it runs once,
 its keys and values are kept (`KeepLayer`) and read by each row's pass over the rest
 (`ReadLayer`), so gradients flow back into the shared prefix; this works under gradient
-checkpointing (`cache_under_checkpointing`) and FSDP2 (everything goes through the model's
-own forward, and under several processes the ranks agree on one path). Response passes take
-rows of similar length (`length_chunks`); `micro_batches` packs whole groups.
+checkpointing (`cache_under_checkpointing`) and FSDP2: the trunk passes and the chunked head
+run inside one forward of the root module (`parallel.as_forward`), the only place FSDP2
+holds its parameters (embeddings, final norm, lm_head) whole, and under several processes
+the ranks agree on one path. Response passes take rows of similar length (`length_chunks`);
+`micro_batches` packs whole groups.
 
-    python -m pytest tests/test_train.py -k "shared or chunks or whole"
+    python -m pytest tests/test_train.py -k "shared or chunks or whole"; tests/test_distributed.py under FSDP2
 """
 from contextlib import contextmanager
 from itertools import groupby

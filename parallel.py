@@ -2,11 +2,13 @@
 survive a kill (README "Scaling out").
 
 Distributed: torchrun sets RANK/WORLD_SIZE/LOCAL_RANK and `setup_dist` joins the process
-group (nccl on GPUs, gloo on CPUs); a plain run is rank 0 of 1 and every helper here is then
-a no-op. `shard` wraps a model with FSDP2 (`fully_shard` per decoder layer, parameters
-gathered in the compute dtype, gradients reduced in float32); `gathered` holds the whole
-policy on every rank while it samples, so ranks generate without collectives; `all_sum` and
-`gather` carry the loss normaliser, the metrics and the records across ranks.
+group (nccl on GPUs, gloo on CPUs); a worker dies with torchrun (`die_with_agent`); a plain
+run is rank 0 of 1 and every helper here is then a no-op. `shard` wraps a model with FSDP2
+(`fully_shard` per decoder layer, parameters gathered in the compute dtype, gradients reduced
+in float32); `as_forward` runs work on the root's own parameters (the output head applied in
+chunks) as a forward of the root; `gathered` holds the whole policy on every rank while it
+samples, so ranks generate without collectives; `all_sum` and `gather` carry the loss
+normaliser, the metrics and the records across ranks.
 
 Precision: the trained weights, their gradients and AdamW's state stay float32; `autocast`
 runs the forward passes in --dtype.
@@ -126,14 +128,14 @@ def gathered(model):
     from torch.distributed.fsdp import FSDPModule
     units = [m for m in model.modules() if isinstance(m, FSDPModule)] if world() > 1 else []
     for m in units:
-        m.set_reshard_after_forward(False)
+        m.set_reshard_after_forward(False, recurse=False)
         m.unshard()
     try:
         yield model
     finally:
-        for m in units:
+        for m in units:  # back to fully_shard's default: the root keeps its parameters from forward to backward
             m.reshard()
-            m.set_reshard_after_forward(True)
+            m.set_reshard_after_forward(m is not model, recurse=False)
 
 
 def full_state(model, opt=None):
