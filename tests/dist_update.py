@@ -5,8 +5,9 @@ Every rank builds the same global batch (4 prompts × G = 2 rollouts, seeded) an
 rows of its prompts (train.rank_prompts); with N > 1 the policy is sharded with FSDP2 on the
 gloo backend. As in train.rl_step, the policy first runs a forward under `gathered` (the
 sampling), then the update. Rank 0 saves (weights, loss, grad norm) of each case in CASES to
-OUT: both loss aggregations on rows of random ids, and token-mean on rows whose G rollouts
-share their first SHARED ids (the shared-prompt path: a prompt pass, then the responses)."""
+OUT: both loss aggregations on rows of random ids, token-mean on rows whose G rollouts share
+their first SHARED ids (the shared-prompt path: a prompt pass, then the responses), and
+token-mean with an output head not tied to the embeddings (the demo's and Qwen2.5-0.5B/3B's are)."""
 import sys
 
 import torch
@@ -17,19 +18,22 @@ from helpers import tiny_model
 
 P, G, L = 4, 2, 12
 SHARED = 5  # ids a prompt's rollouts have in common in the "shared" case
-CASES = {"seq-mean-token-mean": ("seq-mean-token-mean", False), "token-mean": ("token-mean", False),
-         "shared": ("token-mean", True)}
+CASES = {"seq-mean-token-mean": ("seq-mean-token-mean", False, True), "token-mean": ("token-mean", False, True),
+         "shared": ("token-mean", True, False), "untied": ("token-mean", False, False)}  # (agg, shared, tied head)
 EPS = 1e-6  # AdamW's eps, above float32 rounding of the gradients (see test_distributed.py)
 
 
 def update(case, rank=0, world=1):
     """Two PPO epochs of two mini-batches on this rank's rows: (weights, loss, grad norm)."""
-    agg, shared = CASES[case]
+    agg, shared, tied = CASES[case]
     a = train.get_args(["--data", "data/world/rl.jsonl", "--prompts-per-step", str(P), "--mini-batch", "2",
                         "--group-size", str(G), "--micro-batch", "3", "--lr", "1e-2", "--loss-agg", agg,
                         "--grad-clip", "0.5", "--ppo-epochs", "2", "--device", "cpu"])
     torch.manual_seed(0)
     model = tiny_model()
+    if not tied:                                                          # lm_head a weight of its own
+        model.config.tie_word_embeddings = False
+        model = type(model)(model.config)
     V = model.config.vocab_size
     ids = torch.randint(0, V, (P * G, L))                                 # (B, L)
     if shared:
