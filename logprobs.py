@@ -6,11 +6,13 @@ in checkpointed chunks, so (N, vocab) logits never exist at once. Given group la
 rows of a group (the G rollouts of a prompt) share their longest common prefix: it runs once,
 its keys and values are kept (`KeepLayer`) and read by each row's pass over the rest
 (`ReadLayer`), so gradients flow back into the shared prefix; this works under gradient
-checkpointing (`cache_under_checkpointing`) and FSDP2 (everything goes through the model's
-own forward, and under several processes the ranks agree on one path). Response passes take
-rows of similar length (`length_chunks`); `micro_batches` packs whole groups.
+checkpointing (`cache_under_checkpointing`) and FSDP2: the trunk passes and the chunked head
+run inside one forward of the root module (`parallel.as_forward`), the only place FSDP2
+holds its parameters (embeddings, final norm, lm_head) whole, and under several processes
+the ranks agree on one path. Response passes take rows of similar length (`length_chunks`);
+`micro_batches` packs whole groups.
 
-    python -m pytest tests/test_train.py -k "shared or chunks or whole"
+    python -m pytest tests/test_train.py -k "shared or chunks or whole"; tests/test_distributed.py under FSDP2
 """
 from contextlib import contextmanager
 from itertools import groupby
@@ -20,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from parallel import all_sum, world
+from parallel import all_sum, as_forward, world
 
 
 NO_GRAD_ROWS = 8  # response rows per no-grad pass, sorted by length (little padding); measured on the 10M model,
@@ -43,12 +45,16 @@ def token_logprobs(model, ids, attn, mask, chunk=1024, groups=None, rows=None):
     plan = share_plan(ids, attn, groups) if groups is not None and not sliding else None
     if groups is not None and world() > 1 and all_sum(float(plan is not None)) < world():
         plan = None  # every rank takes the same path: FSDP2 pairs up the ranks' forward calls
+    # one forward of the root around the trunk and the head (FSDP2 gathers the head only there)
+    return as_forward(model, lambda: head_logprobs(model, ids, attn, mask, chunk, plan, rows))
+
+
+def head_logprobs(model, ids, attn, mask, chunk, plan, rows):
+    """token_logprobs' work: the trunk (whole rows, or `shared_states` for a share plan), then
+    the head and log-softmax in checkpointed chunks of masked positions."""
     if plan is None:
         pos = (attn.cumsum(-1) - 1).clamp(min=0)                               # (B, L)
-        # through the model's own forward (FSDP2's hooks live there); the final normed states,
-        # and logits for one position only
-        h = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=1,
-                  output_hidden_states=True).hidden_states[-1]                # (B, L, H)
+        h = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state  # (B, L, H) normed
         flat, at = h.flatten(0, 1), torch.arange(ids.numel(), device=ids.device).view_as(ids)  # (B·L, H), (B, L)
     else:
         flat, at = shared_states(model, *plan, rows)
@@ -156,14 +162,15 @@ def shared_states(model, tokens, n, start, g, P, rows=None):
     `flat` of the state at each column of the original layout)."""
     B, L = tokens.shape
     dev, nl = tokens.device, model.config.get_text_config(decoder=True).num_hidden_layers
+    trunk = model.get_decoder()                                                # not model(...): see as_forward
     Pm, S = int(P.max()), n - P[g]                                             # S (B,) each row's own tokens
     t = torch.arange(L, device=dev)
     pre_mask = (t[:Pm] < P[:, None]).long()                                    # (n_groups, Pm)
     first = torch.zeros_like(P).scatter_reduce(0, g, torch.arange(B, device=dev), "amin", include_self=False)
     kept = Cache(layers=[KeepLayer() for _ in range(nl)])
     with cache_under_checkpointing(model):
-        h = model(input_ids=tokens[first, :Pm], attention_mask=pre_mask, position_ids=t[:Pm].expand(len(P), Pm),
-                  cache=kept, use_cache=False, logits_to_keep=1, output_hidden_states=True).hidden_states[-1]  # (n_groups, Pm, H)
+        h = trunk(input_ids=tokens[first, :Pm], attention_mask=pre_mask, position_ids=t[:Pm].expand(len(P), Pm),
+                  cache=kept, use_cache=False).last_hidden_state              # (n_groups, Pm, H)
         flat, idx = [h.flatten(0, 1)], torch.zeros(B, L, dtype=torch.long, device=dev)  # idx: over the tokens' layout
         idx[t[None] < P[g][:, None]] = (g[:, None] * Pm + t).masked_select(t[None] < P[g][:, None])
         off = h.shape[0] * Pm
@@ -175,9 +182,8 @@ def shared_states(model, tokens, n, start, g, P, rows=None):
             own = (j < S[part][:, None]).long()                                # (b, Sm)
             x = tokens[part].gather(1, (P[g[part]][:, None] + j).clamp(max=L - 1))  # (b, Sm)
             read = Cache(layers=[ReadLayer(layer, g[part]) for layer in kept.layers])
-            hp = model(input_ids=x, attention_mask=torch.cat([pre_mask[g[part]], own], 1),
-                       position_ids=P[g[part]][:, None] + j, cache=read, use_cache=False, logits_to_keep=1,
-                       output_hidden_states=True).hidden_states[-1]            # (b, Sm, H)
+            hp = trunk(input_ids=x, attention_mask=torch.cat([pre_mask[g[part]], own], 1),
+                       position_ids=P[g[part]][:, None] + j, cache=read, use_cache=False).last_hidden_state  # (b, Sm, H)
             mine = own.bool()                                                  # (b, Sm) columns P .. n-1
             cols = (P[g[part]][:, None] + j).clamp(max=L - 1)
             idx[part[:, None].expand_as(cols)[mine], cols[mine]] = (off + torch.arange(hp.shape[0] * Sm, device=dev)

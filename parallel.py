@@ -2,11 +2,13 @@
 survive a kill (README "Scaling out").
 
 Distributed: torchrun sets RANK/WORLD_SIZE/LOCAL_RANK and `setup_dist` joins the process
-group (nccl on GPUs, gloo on CPUs); a plain run is rank 0 of 1 and every helper here is then
-a no-op. `shard` wraps a model with FSDP2 (`fully_shard` per decoder layer, parameters
-gathered in the compute dtype, gradients reduced in float32); `gathered` holds the whole
-policy on every rank while it samples, so ranks generate without collectives; `all_sum` and
-`gather` carry the loss normaliser, the metrics and the records across ranks.
+group (nccl on GPUs, gloo on CPUs); a worker dies with torchrun (`die_with_agent`); a plain
+run is rank 0 of 1 and every helper here is then a no-op. `shard` wraps a model with FSDP2
+(`fully_shard` per decoder layer, parameters gathered in the compute dtype, gradients reduced
+in float32); `as_forward` runs work on the root's own parameters (the output head applied in
+chunks) as a forward of the root; `gathered` holds the whole policy on every rank while it
+samples, so ranks generate without collectives; `all_sum` and `gather` carry the loss
+normaliser, the metrics and the records across ranks.
 
 Precision: the trained weights, their gradients and AdamW's state stay float32; `autocast`
 runs the forward passes in --dtype.
@@ -16,11 +18,14 @@ exists is complete; it holds the whole model and optimizer state (gathered to ra
 rank's RNG state, the next step and the data order, and the config. `check_resume` refuses a
 resumed run whose config differs, naming the keys.
 """
+import ctypes
 import json
 import os
 import random
 import re
 import shutil
+import signal
+import sys
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -37,9 +42,21 @@ def setup_dist(a):
     cuda = torch.cuda.is_available() and (a.device or "cuda").startswith("cuda")
     if cuda:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    die_with_agent()
     dist.init_process_group("nccl" if cuda else "gloo")
     a.device = f"cuda:{os.environ['LOCAL_RANK']}" if cuda else "cpu"
     return dist.get_rank(), dist.get_world_size()
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_agent():
+    """torchrun starts each worker in a session of its own, so a SIGKILL of torchrun (kill -9 of
+    the job, the OOM killer) leaves the workers training and writing to --out, beside a later
+    --resume. On Linux the kernel is asked to SIGKILL this worker when its parent, the agent, dies."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def world():
@@ -75,12 +92,25 @@ def shard(model, dtype):
     single process."""
     if world() == 1:
         return model
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
     mp = MixedPrecisionPolicy(param_dtype=getattr(torch, dtype), reduce_dtype=torch.float32)
     for layer in [m for m in model.modules() if type(m).__name__ in model._no_split_modules]:  # decoder layers
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
+    model.root_call = lambda fn: fn()            # `as_forward` runs fn inside the root's forward hooks
+    register_fsdp_forward_method(model, "root_call")
     return model
+
+
+def as_forward(model, fn):
+    """fn() run as a forward pass of `model`, for work that uses the root's own parameters
+    outside model(...) (logprobs.py runs the trunk, then the output head in chunks). Under FSDP2
+    the root's parameters (embeddings, final norm, lm_head, tied or not) are whole only inside
+    a forward of the root: here they are gathered before fn, a hook on fn's output gathers them
+    again for the backward, and their gradients are reduce-scattered after it, as for model(...).
+    fn must call the model's parts (`model.get_decoder()`), never model(...) itself: a nested
+    root forward would reshard them on its way out. A plain call in one process."""
+    return model.root_call(fn) if hasattr(model, "root_call") else fn()
 
 
 def autocast(a):
@@ -98,14 +128,14 @@ def gathered(model):
     from torch.distributed.fsdp import FSDPModule
     units = [m for m in model.modules() if isinstance(m, FSDPModule)] if world() > 1 else []
     for m in units:
-        m.set_reshard_after_forward(False)
+        m.set_reshard_after_forward(False, recurse=False)
         m.unshard()
     try:
         yield model
     finally:
-        for m in units:
+        for m in units:  # back to fully_shard's default: the root keeps its parameters from forward to backward
             m.reshard()
-            m.set_reshard_after_forward(True)
+            m.set_reshard_after_forward(m is not model, recurse=False)
 
 
 def full_state(model, opt=None):
