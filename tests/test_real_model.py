@@ -102,8 +102,11 @@ def test_a_minibatch_of_dropped_rollouts_backpropagates_zero():
 
 @pytest.mark.slow
 def test_smollm2_sft_and_rl_step_with_itself_as_simulator_and_judge(smol, tmp_path, monkeypatch):
-    """train.py's entry: a few SFT steps teach the call, one RL step (G = 2) samples it, the
-    same in-process SmolLM2 (loaded once) answers as the simulator and rates as the judge."""
+    """train.py's entry: five SFT steps teach the call, one RL step (G = 2) samples it and the
+    in-process SmolLM2 answers it as the simulator. Its replies hold no <tool_response> (135M
+    cannot play an API server), so the calls fail as error 5 and the rollouts are dropped and
+    counted (--max-fail-rate 1 lets the step finish). The judge, loaded with the simulator as
+    one copy, then rates an answer: a rating or an unparsed reply, never a crash."""
     _, tok = smol
     seen = []
 
