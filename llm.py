@@ -11,7 +11,9 @@ str is an answer (possibly empty), None means NO answer came (connection, timeou
 failure after every retry, or the in-process model ran out of memory). Callers tell the two
 apart: the simulator marks such a call `failed`, the judge raises ConnectionError.
 
-- `HFClient`: an in-process transformers causal LM (one batched `generate`, left padding).
+- `HFClient`: an in-process transformers causal LM (one batched `generate`, left padding),
+  from a hub name, a folder or a .gguf file; one loaded copy serves every client that names
+  it (`frozen`), so --sim-model X --judge-model X load X once. `max_tokens` caps its answers.
   Message content is encoded as text: a special-token string inside it (say a forged
   `<|im_end|>\n<|im_start|>system`) never becomes a special token id; only the chat
   template's own special tokens do (transformers' `sanitize_control_tokens`, restricted to
@@ -30,8 +32,11 @@ apart: the simulator marks such a call `failed`, the judge raises ConnectionErro
   depth), so a hostile body gives None, never an exception. Never raises.
 - `add_client_flags` / `client_from_args`: for a role ("sim", "judge", "agent", "user"),
   --{role}-url/-model/-key (env fallbacks SLCA_{ROLE}_URL, _MODEL, _KEY, the key then
-  OPENAI_API_KEY) and --{role}-timeout/-deadline/-retries. A URL gives an HTTPClient, else
-  a model name or local path an HFClient, else None (offline).
+  OPENAI_API_KEY) and --{role}-timeout/-deadline/-retries (sim and judge: also -max-tokens,
+  the in-process cap). A URL gives an HTTPClient, else a model name or local path an
+  HFClient, else None (offline).
+- `load_policy`: the trained policy and its tokenizer; `hf_folder` turns a .gguf file into a
+  cached Hugging Face folder first (dequantized once), so everything downstream loads folders.
 - `LLMJudge`: the judge interface of rewards.py (`rate(question, tool_responses, response,
   facts) -> int | None`) on any client, greedy, 8,192 tokens (the release's; GPT-OSS spends
   reasoning tokens inside them), answer form `Rating: [[<level>]]`. The question, every tool
@@ -48,11 +53,13 @@ Point both roles at vLLM servers:
 
 Tests (local HTTP servers and a tiny local model): python -m pytest tests/test_llm.py -q
 """
+import functools
 import json
 import logging
 import os
 import random
 import re
+import shutil
 import socket
 import threading
 import time
@@ -73,11 +80,45 @@ BACKOFF = 1.0          # s, retry k waits BACKOFF·2^(k-1)·U(0.5, 1.5); the rel
 MAX_BODY = MAX_JSON_CHARS  # bytes of one response body (segment.py's bound on untrusted JSON)
 RETRY_STATUS = {408, 429}  # and every 5xx
 JUDGE_MAX_TOKENS = 8192    # the release's judge budget (reward_fn.py); GPT-OSS reasons inside it
+GGUF_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                          "slca-grpo", "gguf")  # dequantized .gguf models (hf_folder); XDG's cache location
+
+
+def hf_folder(name, cache=GGUF_CACHE):
+    """`name` itself (a hub name or local folder), or for a `.gguf` file the Hugging Face folder
+    its weights, dequantized to float32, and its tokenizer are saved in: converted once per
+    file (transformers' GGUF loader, about 20 s for a 135M model on one CPU core) under
+    `cache`, keyed by the file's name, size and mtime, so the policy, its reference copy and
+    an in-process judge or simulator all load a plain folder."""
+    if not name.endswith(".gguf"):
+        return name
+    if not os.path.isfile(name):
+        raise FileNotFoundError(f"no such GGUF file: {name}")
+    st = os.stat(name)
+    out = os.path.join(cache, f"{os.path.basename(name)[:-len('.gguf')]}-{st.st_size}-{st.st_mtime_ns}")
+    if os.path.isdir(out):
+        return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    folder, file = os.path.split(os.path.abspath(name))
+    log.warning("converting %s to a Hugging Face folder in %s (once)", name, out)
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=file)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, dtype=torch.float32)
+    del model.config.quantization_config  # the weights are plain tensors now: save them as such
+    model.hf_quantizer = None
+    tmp = f"{out}.tmp{os.getpid()}"
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    try:
+        os.replace(tmp, out)  # a crash leaves no half folder behind
+    except OSError:  # another process converted it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def load_policy(name, dtype="float32", device="cpu", grad_ckpt=False):
-    """A causal LM and its tokenizer from a hub name or local folder."""
+    """A causal LM and its tokenizer from a hub name, a local folder or a .gguf file (`hf_folder`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    name = hf_folder(name)
     tok = AutoTokenizer.from_pretrained(name)
     model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype)).to(device)
     if tok.pad_token is None:
@@ -88,16 +129,22 @@ def load_policy(name, dtype="float32", device="cpu", grad_ckpt=False):
     return model, tok
 
 
-class HFClient:
-    """An in-process chat model. `model` is a hub name, a local path, or a (model, tokenizer) pair."""
+@functools.cache
+def frozen(name, dtype="auto"):
+    """An in-process frozen LLM and its tokenizer, loaded once per (name, dtype): a simulator
+    and a judge named alike (--sim-model X --judge-model X) share one copy."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    name = hf_folder(name)
+    return AutoModelForCausalLM.from_pretrained(name, dtype=dtype), AutoTokenizer.from_pretrained(name)
 
-    def __init__(self, model, dtype=None, device=None):
-        if isinstance(model, str):
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-            self.tokenizer = AutoTokenizer.from_pretrained(model)
-            model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype or "auto")
-        else:
-            model, self.tokenizer = model
+
+class HFClient:
+    """An in-process chat model. `model` is a hub name, a local path, a .gguf file, or a
+    (model, tokenizer) pair. `max_tokens` caps every answer (None: the caller's budget)."""
+
+    def __init__(self, model, dtype=None, device=None, max_tokens=None):
+        model, self.tokenizer = frozen(model, dtype or "auto") if isinstance(model, str) else model
+        self.max_tokens = max_tokens
         if self.tokenizer.pad_token is None:  # left padding needs one; some chat models ship none
             self.tokenizer.pad_token = self.tokenizer.eos_token
         if getattr(self.tokenizer, "chat_control_tokens", None) is None:  # sanitize special tokens only
@@ -110,6 +157,7 @@ class HFClient:
         if not batch:
             return []
         tok = self.tokenizer
+        max_tokens = min(max_tokens, self.max_tokens or max_tokens)
         enc = tok.apply_chat_template(batch, add_generation_prompt=True, tokenize=True, sanitize_control_tokens=True,
                                       padding=True, return_tensors="pt", return_dict=True,
                                       tokenizer_kwargs={"padding_side": "left"}).to(self.model.device)
@@ -250,11 +298,12 @@ def _content(body):
 
 
 def add_client_flags(parser, role):
-    """Add --{role}-url/-model/-key/-timeout/-deadline/-retries (role: "sim", "judge", "agent", "user")."""
+    """Add --{role}-url/-model/-key/-timeout/-deadline/-retries, and -max-tokens for sim and judge
+    (role: "sim", "judge", "agent", "user")."""
     env = f"SLCA_{role.upper()}"
     parser.add_argument(f"--{role}-url", help=f"OpenAI-compatible server, e.g. http://host:8000/v1 (env {env}_URL)")
-    parser.add_argument(f"--{role}-model", help=f"served model name with a URL, else a hub name or local "
-                                                f"path to load in-process (env {env}_MODEL)")
+    parser.add_argument(f"--{role}-model", help=f"served model name with a URL, else a hub name, local folder or "
+                                                f".gguf file to load in-process (env {env}_MODEL)")
     parser.add_argument(f"--{role}-key", help=f"API key (env {env}_KEY, then OPENAI_API_KEY)")
     parser.add_argument(f"--{role}-timeout", type=float, default=TIMEOUT,
                         help="seconds for one try of a request, end to end (the release's 540)")
@@ -263,10 +312,15 @@ def add_client_flags(parser, role):
                              "request), model lookup, every try and pause included")
     parser.add_argument(f"--{role}-retries", type=int, default=RETRIES.get(role, 2),
                         help="tries after the first (the release: sim 2, judge 3)")
+    if role in ("sim", "judge"):  # the agent and user roles have their own budget flags in eval.py
+        parser.add_argument(f"--{role}-max-tokens", type=int, default=None,
+                            help="cap on one answer's new tokens for an in-process model (default: the role's "
+                                 "budget, the release's sim 4,096 / judge 8,192; a small CPU model needs less)")
 
 
 def client_from_args(args, role):
-    """HTTPClient if a URL is set, else HFClient if a model is set, else None (offline)."""
+    """HTTPClient if a URL is set, else HFClient if a model is set (a hub name, folder or .gguf
+    file, loaded once for all roles that name it), else None (offline)."""
     def get(field):
         return getattr(args, f"{role}_{field}", None) or os.environ.get(f"SLCA_{role.upper()}_{field.upper()}")
 
@@ -276,7 +330,7 @@ def client_from_args(args, role):
                           timeout=getattr(args, f"{role}_timeout", TIMEOUT),
                           deadline=getattr(args, f"{role}_deadline", DEADLINE),
                           retries=getattr(args, f"{role}_retries", RETRIES.get(role, 2)))
-    return HFClient(model) if model else None
+    return HFClient(model, max_tokens=getattr(args, f"{role}_max_tokens", None)) if model else None
 
 
 LEVELS = {"very poor": 1, "poor": 2, "acceptable": 3, "good": 4, "excellent": 5}  # SPEC §2.2, r = 1..5

@@ -68,7 +68,7 @@ def head_logprobs(model, ids, attn, mask, chunk, plan, rows):
     grad = torch.is_grad_enabled()
     lp = [checkpoint(part, hs[s:s + chunk], tgt[s:s + chunk], use_reentrant=False) if grad
           else part(hs[s:s + chunk], tgt[s:s + chunk]) for s in range(0, hs.shape[0], chunk)]
-    lp = torch.cat(lp) if lp else hs.new_zeros(0)
+    lp = torch.cat(lp) if lp else hs[:, 0].float()  # (0,) in the graph: no tokens (all dropped) backpropagates 0
     out = torch.zeros(sel.shape, dtype=lp.dtype, device=ids.device).masked_scatter(sel, lp)  # (B, L-1)
     return torch.nn.functional.pad(out, (1, 0))                                 # (B, L)
 

@@ -1,10 +1,12 @@
 """Batched multi-turn rollouts with a KV-cached sampling loop of our own (SPEC §6).
 
 Each task's prompt goes through the tokenizer's chat template once (tools are added only when
-the system message does not already hold a <tools> block). Then, turn by turn, every live
-rollout samples one assistant turn that stops at `</tool_call>`, eos or pad. A turn that holds
-a `<tool_call>` is answered by the simulator; the end of the assistant turn, the tool turn with
-every observation and the next assistant header are appended BY ID with response mask 0.
+the system message does not already hold a <tools> block; a template that ignores `tools`
+gets them written into the system message). Then, turn by turn, every live rollout samples
+one assistant turn that stops at `</tool_call>` (by its text when the tokenizer has no such
+token), eos or pad. A turn that holds a `<tool_call>` is answered by the simulator; the end of
+the assistant turn, the tool turn with every observation and the next assistant header are
+appended BY ID with response mask 0.
 Earlier turns are never decoded and re-encoded (token-in, token-out), so the ids the policy is
 trained on are the ids it sampled.
 
@@ -61,9 +63,11 @@ import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
+from jinja2 import TemplateError
 from transformers.cache_utils import Cache, DynamicLayer
 
-from segment import OPEN, Call, encodable, segment_masks, strip_think
+from segment import CLOSE, OPEN, Call, encodable, segment_masks, strip_think
+from tiny import with_tools
 
 MAX_TURNS = 10       # SPEC §6: assistant turns per trajectory
 MAX_TOKENS = 8192    # SPEC §6: response tokens per trajectory, observations included
@@ -183,35 +187,76 @@ def chat_ids(tok, messages, tools=None, add_generation_prompt=True):
     return template_ids(tok, [render(tok, messages, tools, add_generation_prompt)])[0]
 
 
+PROBE = "slca_probe_tool"  # a tool name no template writes unless it renders the tools it is given
+
+
+def renders_tools(tok):
+    """Whether the chat template writes the `tools` it is given (Qwen2.5's does; SmolLM2's ChatML
+    template ignores them); probed once per tokenizer and template."""
+    seen = getattr(tok, "_renders_tools", None)
+    if seen is None or seen[0] != tok.chat_template:
+        tool = {"type": "function", "function": {"name": PROBE, "parameters": {"type": "object", "properties": {}}}}
+        try:
+            text = tok.apply_chat_template([{"role": "user", "content": "?"}], tools=[tool], tokenize=False)
+        except TemplateError:  # a template that refuses tools renders none
+            text = ""
+        tok._renders_tools = seen = (tok.chat_template, PROBE in text)
+    return seen[1]
+
+
 def prompt_ids(tok, task):
-    """Chat-template the task's prompt; tools only if the system message lacks them."""
+    """Chat-template the task's prompt; tools only if the system message lacks them, written
+    into the system message (tiny.with_tools) when the template ignores them."""
     has_tools = any(m["role"] == "system" and "<tools>" in m["content"] for m in task.messages)
-    return chat_ids(tok, task.messages, None if has_tools else (task.tools or None))
+    if has_tools or not task.tools:
+        return chat_ids(tok, task.messages)
+    if renders_tools(tok):
+        return chat_ids(tok, task.messages, task.tools)
+    return chat_ids(tok, with_tools(task.messages, task.tools))
 
 
 def tool_turn_ids(tok, observations, ended_on_eos):
     """Ids that close the assistant turn, carry the observations and open the next turn.
 
-    The tool turn comes from the chat template itself (rendered alone; the default system
-    turn the template adds in front is cut off), so any Hermes-style template works.
+    The tool turn comes from the chat template itself (rendered after a probe user turn, which
+    is cut off), so any Hermes-style template works. A template that ignores tools gets the
+    observations as one user turn of <tool_response> blocks: what Qwen2.5's template writes for
+    tool messages, and how the SFT data carries them.
     """
-    ids = chat_ids(tok, [{"role": "tool", "content": o} for o in observations])
-    head = chat_ids(tok, [{}], add_generation_prompt=False)  # the default system turn
+    if renders_tools(tok):
+        turn = [{"role": "tool", "content": o} for o in observations]
+    else:
+        turn = [{"role": "user", "content": "\n".join(f"<tool_response>\n{o}\n</tool_response>" for o in observations)}]
+    probe = [{"role": "user", "content": "?"}]
+    head = chat_ids(tok, probe, add_generation_prompt=False)
+    ids = chat_ids(tok, probe + turn)
     if ids[:len(head)] != head:
-        raise ValueError("the chat template does not render a tool turn after its default system turn")
+        raise ValueError("the chat template does not render a tool turn after a user turn as a suffix")
     close = "\n" if ended_on_eos else tok.eos_token + "\n"
     return tok.encode(close, add_special_tokens=False) + ids[len(head):]
 
 
 def stop_ids(tok, stop_at_call=True):
-    """Token ids that end a turn: eos, pad and, with `stop_at_call`, </tool_call> (a single
-    token in Qwen2.5). bench/models.py's BFCL and τ² replies pass False: one reply may hold several blocks."""
+    """Token ids that end a turn: eos, pad and, with `stop_at_call`, </tool_call> when it is a single
+    token (Qwen2.5; else `stop_text`). bench/models.py's BFCL and τ² replies pass False: one reply
+    may hold several blocks."""
     ids = {tok.eos_token_id, tok.pad_token_id}
     if stop_at_call:
-        ids.add(tok.convert_tokens_to_ids("</tool_call>"))
+        ids.add(tok.convert_tokens_to_ids(CLOSE))
     if tok.unk_token_id is not None:
         ids.discard(tok.unk_token_id)
     return sorted(i for i in ids if i is not None)
+
+
+def stop_text(tok, stop_at_call=True):
+    """For a tokenizer without a `</tool_call>` token (SmolLM2, Llama, Mistral): a test on a turn's
+    sampled ids, True once the last id completes a `</tool_call>` in the decoded text, however the
+    policy spelled it in ids. Only the last len(CLOSE) ids are decoded (every id of a match holds
+    at least one of its characters), so the test costs the same at every step. None when
+    `</tool_call>` is one token (stop_ids has it) or with stop_at_call False."""
+    if not stop_at_call or tok.convert_tokens_to_ids(CLOSE) not in (None, tok.unk_token_id):
+        return None
+    return lambda ids: CLOSE in tok.decode(ids[-len(CLOSE):])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,13 +337,13 @@ def row_cache(cache, mask, j):
 
 
 @torch.no_grad()
-def sample(model, kvs, pending, budgets, temperature, stops):
+def sample(model, kvs, pending, budgets, temperature, stops, ended=None):
     """One assistant turn for each row, decoded from its KV cache.
 
     Row b holds `kvs[b]`, the cache of the ids it has fed so far (per layer (keys, values),
     each (H, n, D); None when it has fed nothing), and `pending[b]`, the ids to feed before it
     samples. Rows with no cache and the same pending ids (the G rollouts of one prompt) are
-    prefilled once. Row b samples until a stop id or `budgets[b]` ids.
+    prefilled once. Row b samples until a stop id, `ended(its ids)` (stop_text) or `budgets[b]` ids.
     Returns per row (ids, logprobs, cache): the sampled ids, their log-probs under the policy at
     temperature 1, and the cache of every id fed (the last sampled id is not fed: it starts the
     row's next pending ids). The caches passed in are consumed (emptied into the batch); a row
@@ -360,7 +405,7 @@ def sample(model, kvs, pending, budgets, temperature, stops):
             b = rows[j]
             new[b].append(t)
             lps[b].append(x)
-            if s or len(new[b]) >= budgets[b]:
+            if s or len(new[b]) >= budgets[b] or (ended is not None and ended(new[b])):
                 out[b] = (new[b], lps[b], row_cache(cache, mask[:, :C], j))
                 done.add(j)
         live = len(rows) - len(done)
@@ -389,12 +434,12 @@ def sample(model, kvs, pending, budgets, temperature, stops):
 
 
 def generate_turn(model, tok, seqs, budgets, temperature, batch_size, stop_at_call=True):
-    """One assistant turn for each sequence: the new ids, ending at the first stop token."""
-    stops, out = stop_ids(tok, stop_at_call), []
+    """One assistant turn for each sequence: the new ids, ending at the first stop token (or stop text)."""
+    stops, ended, out = stop_ids(tok, stop_at_call), stop_text(tok, stop_at_call), []
     for s in range(0, len(seqs), batch_size):
         chunk = seqs[s:s + batch_size]
         out += [ids for ids, _, _ in sample(model, [None] * len(chunk), chunk, budgets[s:s + batch_size],
-                                            temperature, stops)]
+                                            temperature, stops, ended)]
     return out
 
 
@@ -440,7 +485,7 @@ def rollout(model, tok, tasks, simulator, groups=None, temperature=1.0, max_turn
 
 def run(model, tok, rs, simulator, temperature, max_turns, max_tokens, max_tool_rounds):
     """All turns of the rollouts `rs`, in place."""
-    stops = stop_ids(tok)
+    stops, ended = stop_ids(tok), stop_text(tok)
     kvs, pending = [None] * len(rs), [r.prompt for r in rs]
     live = list(range(len(rs)))
     for turn in range(max_turns):
@@ -448,7 +493,7 @@ def run(model, tok, rs, simulator, temperature, max_turns, max_tokens, max_tool_
             break
         past, kvs = [kvs[i] for i in live], [None] * len(rs)  # handed over to sample, which frees them
         new = sample(model, past, [pending[i] for i in live], [max_tokens - len(rs[i].ids) for i in live],
-                     temperature, stops)
+                     temperature, stops, ended)
         callers, texts = [], []
         for i, (ids, lps, kv) in zip(live, new):
             r = rs[i]
@@ -460,7 +505,7 @@ def run(model, tok, rs, simulator, temperature, max_turns, max_tokens, max_tool_
             r.turns.append({"text": text, "calls": [], "observations": []})
             rounds = sum(bool(t["observations"]) for t in r.turns)
             if OPEN not in strip_think(text):
-                r.stop = "done" if ids and ids[-1] in stops else "length"
+                r.stop = "done" if ids and (ids[-1] in stops or (ended is not None and ended(ids))) else "length"
             elif len(r.ids) >= max_tokens:
                 r.stop = "length"
             elif turn == max_turns - 1:  # the cap: this call is never answered

@@ -32,6 +32,15 @@ def tools_prompt(tools):
     return TOOLS_HEAD + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) + TOOLS_TAIL
 
 
+def with_tools(messages, tools):
+    """`messages` with the tool block in the system message, the way Qwen2.5's template and the
+    release's pre-rendered system prompts carry it: after the system text and a blank line, or
+    as the whole system message when there is none (as data.py gives it to SFT rows)."""
+    if messages and messages[0]["role"] == "system":
+        return [{**messages[0], "content": messages[0]["content"] + "\n\n" + tools_prompt(tools)}, *messages[1:]]
+    return [{"role": "system", "content": tools_prompt(tools)}, *messages]
+
+
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # Qwen2.5's: pad, turn start, eos
 # Qwen2.5 also keeps these as single (non-special) tokens, so a turn can stop on </tool_call>
 MARKUP = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",

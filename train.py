@@ -104,7 +104,8 @@ def num(text):
 def get_args(argv=None):
     p = argparse.ArgumentParser(description="SLCA-GRPO training", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = p.add_argument_group("model")
-    g.add_argument("--model", default=None, help="hub name or local folder; none = build the tiny demo model")
+    g.add_argument("--model", default=None, help="hub name, local folder or .gguf file (dequantized once into "
+                                                 "~/.cache/slca-grpo); none = build the tiny demo model")
     g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="gradient checkpointing")
     g.add_argument("--device", default=None, help="default: cuda (this rank's GPU) if available, else cpu")
