@@ -69,7 +69,7 @@ from urllib.parse import urlsplit
 
 import torch
 
-from segment import MAX_JSON_CHARS, loads
+from segment import MAX_JSON_CHARS, encodable, loads
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,7 @@ class HFClient:
             return []
         tok = self.tokenizer
         max_tokens = min(max_tokens, self.max_tokens or max_tokens)
+        batch = [[{**m, "content": encodable(m["content"])} for m in msgs] for msgs in batch]  # no lone surrogate
         enc = tok.apply_chat_template(batch, add_generation_prompt=True, tokenize=True, sanitize_control_tokens=True,
                                       padding=True, return_tensors="pt", return_dict=True,
                                       tokenizer_kwargs={"padding_side": "left"}).to(self.model.device)

@@ -322,6 +322,14 @@ def test_hf_client_batch_in_one_string_per_item_out(tiny):
     assert len(c.complete(batch * 2, 1.0, 4)) == 4
 
 
+def test_hf_client_takes_a_lone_surrogate(tiny):
+    """A question or recorded response holding a lone surrogate reaches an in-process judge as
+    U+FFFD (segment.encodable) instead of a TypeError out of the tokenizer."""
+    model, tok = tiny
+    out = HFClient((model, tok), device="cpu").complete([[{"role": "user", "content": "rate \ud800 this"}]], 0, 4)
+    assert len(out) == 1 and isinstance(out[0], str)
+
+
 def test_hf_client_encodes_content_as_text(tiny, monkeypatch):
     model, tok = tiny
     start, end = tok.convert_tokens_to_ids("<|im_start|>"), tok.convert_tokens_to_ids("<|im_end|>")
