@@ -301,10 +301,12 @@ def test_schema_patterns_are_time_bounded():
         return [{"type": "function", "function": {"name": "now", "parameters": {"type": "object", **prop}}}]
 
     catastrophic = tools({"properties": {"x": {"type": "string", "pattern": "^(a|aa)+$"}}})
-    start = time.time()
-    assert one(Simulator(), turn({"name": "now", "arguments": {"x": "a" * 60 + "!"}}), task(catastrophic)) == [
-        NO_RESULT]  # out of time counts as matching; re would backtrack for years
-    assert time.time() - start < 1.0
+
+    def match(n):
+        assert one(Simulator(), turn({"name": "now", "arguments": {"x": "a" * n + "!"}}), task(catastrophic)) == [
+            NO_RESULT]  # out of time counts as matching
+
+    assert growth(match, 60, repeat=1) < 3  # re would backtrack 1.6**60 times longer
     plain = tools({"properties": {"x": {"pattern": "^[a-z]+$"}}, "patternProperties": {"^n_": {"type": "integer"}}})
     assert one(Simulator(), turn({"name": "now", "arguments": {"x": "A1"}}), task(plain)) == [
         "Tool 'now' arguments do not match its schema: 'A1' does not match '^[a-z]+$' at '$.x'"]
@@ -567,11 +569,44 @@ def test_no_answer_is_a_failed_call_asked_once():
 
 
 def test_the_answer_is_bounded():
-    big = "<tool_response>" * 50_000 + "x" * 500_000 + "</tool_response>" + "<tool_response>" * 50_000
-    start = time.time()
-    [obs] = one(Simulator("llm", Scripted(lambda p: big)), turn({"name": "now"}))
-    assert time.time() - start < 1.0
-    assert len(obs) == 2048 and obs == truncate("x" * 500_000, 2048)  # the last complete body, cut
+    big = {n: "<tool_response>" * (n // 10) + "x" * n + "</tool_response>" + "<tool_response>" * (n // 10)
+           for n in (125_000, 250_000)}  # 0.5 and 1 MB, built before the clock starts
+
+    def answer(n):
+        [obs] = one(Simulator("llm", Scripted(lambda p: big[n])), turn({"name": "now"}))
+        assert len(obs) == 2048 and obs == truncate("x" * n, 2048)  # the last complete body, cut
+
+    assert growth(answer, 125_000) < 3
+
+
+REPLIES_OF_SIZE = [  # hostile simulator-LLM replies of about n characters
+    lambda n: "<tool_response>" * (n // 15), lambda n: "</tool_response>" * (n // 16),
+    lambda n: "<tool_response>x</tool_response>" * (n // 32), lambda n: "[" * n, lambda n: '{"a":' * (n // 5),
+    lambda n: '"' + "x" * n + '"', lambda n: '["' + "\\u00e9" * (n // 6) + '"]', lambda n: '["' + "\\" * n + '"]',
+    lambda n: "[" + "1," * (n // 2) + "1]", lambda n: "[" + "9" * n + "]", lambda n: "[1e" + "9" * n + "]",
+    lambda n: "{" + ",".join(f'"k{i}":1' for i in range(n // 8)) + "}", lambda n: "{" + '"k":1,' * (n // 6) + "}",
+    lambda n: "[" + "null," * (n // 5) + "null]", lambda n: '["' + "\\ud800" * (n // 6) + '"]',
+    lambda n: " " * n + "{}", lambda n: '"' * n, lambda n: "\\" * n, lambda n: "<" * n]
+
+
+def test_every_reply_parser_is_linear(tmp_path):
+    replies = {n: [reply(n) for reply in REPLIES_OF_SIZE] for n in (250_000, 500_000)}  # built before the clock starts
+    for n in replies:
+        (tmp_path / str(n)).mkdir()
+        (tmp_path / str(n) / "sgls_cache.jsonl").write_text("\n".join(replies[n]))
+
+    def ask(n):  # unwrap, then the raw-JSON fallback (_json_text), then truncation
+        for text in replies[n]:
+            [obs] = one(Simulator("llm", Scripted(lambda p: text), retries=0), turn({"name": "now"}))
+            assert len(obs) <= 2048
+
+    def load(n):  # the cache-line reader, one hostile line each (up to the 1 MB limit of a JSON text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert Simulator("llm", Scripted(echo), cache_dir=tmp_path / str(n)).cache == {}
+
+    assert growth(ask, 250_000) < 3
+    assert growth(load, 250_000) < 3
 
 
 # ---- truncation ---------------------------------------------------------------------------
@@ -708,20 +743,22 @@ def test_respond_never_raises(pairs, malformed, llm_backend, ablate, replies):
 
 
 @pytest.mark.parametrize("text", [
-    "<tool_call>" * 90_000,
-    "<think>" * 140_000 + "</tool_call>",
-    "<thinking><think>" * 60_000,
-    "<tool_call>" + "[" * 1_000_000 + "</tool_call>",
-    "<tool_call>" + json.dumps({"name": "get_weather", "arguments": {"city": "x" * 999_000, "unit": "c"}})
+    lambda n: "<tool_call>" * (n // 11),
+    lambda n: "<think>" * (n // 7) + "</tool_call>",
+    lambda n: "<thinking><think>" * (n // 17),
+    lambda n: "<tool_call>" + "[" * n + "</tool_call>",
+    lambda n: "<tool_call>" + json.dumps({"name": "get_weather", "arguments": {"city": "x" * n, "unit": "c"}})
     + "</tool_call>",
-    ("<tool_call>" + json.dumps([{"name": "now"}] * 5) + "</tool_call>") * 20_000,
-    "<tool_call>" + "9" * 999_000 + "</tool_call>",
+    lambda n: ("<tool_call>" + json.dumps([{"name": "now"}] * 5) + "</tool_call>") * (n // 100),
+    lambda n: "<tool_call>" + "9" * n + "</tool_call>",
 ], ids=["unclosed calls", "unclosed thinks", "mixed thinks", "deep brackets", "a long argument",
         "many blocks", "a huge int"])
 @pytest.mark.parametrize("malformed", ["end", "answer"])
-def test_a_megabyte_of_hostile_text_takes_under_a_second(text, malformed):
-    sim = Simulator(malformed=malformed)
-    start = time.time()
-    [(calls, obs)] = sim.respond([text], [task()])
-    assert time.time() - start < 1.0
-    assert len(calls) == len(obs) <= 20 and all(len(o) <= 2048 for o in obs)
+def test_hostile_text_takes_linear_time(text, malformed):
+    texts = {n: text(n) for n in (490_000, 980_000)}  # up to a megabyte, built before the clock starts
+
+    def run(n):
+        [(calls, obs)] = Simulator(malformed=malformed).respond([texts[n]], [task()])
+        assert len(calls) == len(obs) <= 20 and all(len(o) <= 2048 for o in obs)
+
+    assert growth(run, 490_000) < 3
