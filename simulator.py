@@ -102,12 +102,12 @@ RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 MAX_TOKENS = 4096  # per simulated answer: the release's max_new_tokens (toucan_tool_config.yaml)
 MAX_CALLS = 20     # calls answered per turn: the release's max_parallel_calls (train_slca_grpo.sh)
 PATTERN_SECONDS = 0.2  # ours: time for all schema `pattern` matches of one call (catastrophic backtracking)
-MAX_STEPS = 10_000     # ours: keyword evaluations in one call's schema check (shipped tools: < 100; a nested 60-property call: 1,500)
-SCHEMA_SECONDS = 2.0   # ours: wall-time backstop of one call's check; the step budget, deterministic, comes first (< 1 s)
-META_STEPS = 100_000   # ours: the same for a tool schema's metaschema check, once per schema (a 22 KB schema: 16,000)
+MAX_STEPS = 10_000     # ours: keyword evaluations in a call's schema check (shipped tools: < 100; 60 props: 1,500)
+SCHEMA_SECONDS = 2.0   # ours: wall-time backstop of a call's check; the step budget (deterministic) ends it first
+META_STEPS = 100_000   # ours: the same for a tool schema's metaschema check, once per schema (22 KB schema: 16,000)
 META_SECONDS = 10.0    # ours: its wall-time backstop
-MAX_VALUES = 5_000     # ours: JSON values in a call's arguments that check 4 validates (a flat array: ~1.5 steps a value)
-MAX_DIGITS = 300       # ours: digits of an integer argument; past ~308 it does not fit the float multipleOf divides by
+MAX_VALUES = 5_000     # ours: JSON values in a call's arguments that check 4 validates (flat array: 1.5 steps each)
+MAX_DIGITS = 300       # ours: digits of an integer argument; past ~308 it does not fit the float multipleOf divides
 BIG = 10 ** MAX_DIGITS  # the smallest integer of more than MAX_DIGITS digits
 
 PROMPT = """You are a backend API server, not an assistant and not an agent. A client has sent you
@@ -218,7 +218,7 @@ def _same(value):
         return "n", str(int(value)) if value.is_integer() else repr(value)
     if isinstance(value, str):
         return "s", value
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return "l", tuple(_same(v) for v in value)
     if isinstance(value, dict):
         return "d", tuple(sorted((k, _same(v)) for k, v in value.items()))

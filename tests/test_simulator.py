@@ -345,11 +345,10 @@ def test_unique_items_is_linear():
     assert growth(lambda n: check(schema, {"x": [{"k": i} for i in range(n)]}), 1000) < 3  # jsonschema's: 4
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.sampled_from([0, 1, -1, 2 ** 53, 2 ** 53 + 1, 0.0, -0.0, 1.0, 1.5,
-                                                                 2.0 ** 53, "", "a", "1"]),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("ab"), inner, max_size=2),
-                    max_leaves=6)
-
+SCALARS = st.none() | st.booleans() | st.sampled_from([0, 1, -1, 2 ** 53, 2 ** 53 + 1, 0.0, -0.0, 1.0, 1.5, 2.0 ** 53,
+                                                       "", "a", "1"])
+JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("ab"), inner,
+                                                                                          max_size=2), max_leaves=6)
 
 UNIQUE = {"type": "object", "properties": {"x": {"uniqueItems": True}}}
 UNIQUE_SIM = Simulator()
@@ -395,7 +394,7 @@ def test_arguments_over_the_size_budget_are_not_validated():
 
 
 @pytest.mark.parametrize("bad, arguments", [
-    ({"multipleOf": 0.01}, {"x": int("9" * 401)}),                 # jsonschema: OverflowError (or over our size budget)
+    ({"multipleOf": 0.01}, {"x": int("9" * 401)}),                 # jsonschema: OverflowError (ours: over MAX_DIGITS)
     ({"$ref": "#/$defs/nope"}, {"x": 1}),                          # an unresolvable $ref
     ({"$ref": "#/properties/x"}, {"x": 1}),                        # a $ref loop: RecursionError
 ], ids=["overflow", "unresolvable ref", "ref loop"])
@@ -590,7 +589,7 @@ REPLIES_OF_SIZE = [  # hostile simulator-LLM replies of about n characters
 
 
 def test_every_reply_parser_is_linear(tmp_path):
-    replies = {n: [reply(n) for reply in REPLIES_OF_SIZE] for n in (250_000, 500_000)}  # built before the clock starts
+    replies = {n: [reply(n) for reply in REPLIES_OF_SIZE] for n in (250_000, 500_000)}  # built before timing
     for n in replies:
         (tmp_path / str(n)).mkdir()
         (tmp_path / str(n) / "sgls_cache.jsonl").write_text("\n".join(replies[n]))
