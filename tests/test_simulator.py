@@ -383,6 +383,14 @@ def test_exponential_any_of_runs_over_the_step_budget(monkeypatch):
     assert check(nested_any_of(5), {"x": 5}) == OVER
 
 
+def test_a_metaschema_check_over_budget_checks_the_schema_light(monkeypatch):
+    monkeypatch.setattr(simulator, "META_STEPS", 10)  # the 2020-12 metaschema takes more for any schema
+    sim = Simulator()
+    with pytest.warns(UserWarning, match="invalid JSON schema, checked light only: OverBudget: the check ran over"):
+        assert check(TOOLS[0]["function"]["parameters"], {"city": 5, "unit": "c"}, sim) == NO_RESULT
+    assert check(TOOLS[0]["function"]["parameters"], {"unit": "c"}, sim) == (  # checks 1-3 still run
+        "Tool 'f' missing required parameters: ['city']")
+
 def test_arguments_over_the_size_budget_are_not_validated():
     schema = {"type": "object", "properties": {"x": {"type": "array"}, "n": {"multipleOf": 0.01}}}
     assert check(schema, {"x": [0] * (simulator.MAX_VALUES - 2)}) == NO_RESULT  # the object, its array, the items
