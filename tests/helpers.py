@@ -1,6 +1,9 @@
-"""Small shared fixtures: a tokenizer and a tiny Qwen2 built locally (no downloads)."""
+"""Small shared fixtures: a tokenizer and a tiny Qwen2 built locally (no downloads), and the one
+growth check of every linear-time test (`linear`)."""
 import functools
+import gc
 import json
+import time
 
 import tiny
 
@@ -8,6 +11,41 @@ CORPUS = ['{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}'
           "The weather in Paris is 21 degrees and sunny. The answer is 42.",
           '<tool_call>\n[{"name": "f", "arguments": {"x": 1}}]\n</tool_call>',
           '<tool_response>\n{"temp": 21}\n</tool_response>'] * 20
+
+MB = 1_000_000
+
+
+def cpu(f, args):
+    """CPU seconds per call of f(*args), and its result: after one call to warm up, the best of
+    3 runs of k calls (k doubles until a run takes 10 ms, so the clock's jitter does not time a
+    microsecond call), with the garbage collector off (its passes over every live object would
+    make the time of allocating n objects grow faster than n)."""
+    out, k, runs = f(*args), 1, []
+    gc.disable()
+    try:
+        while len(runs) < 3:
+            t = time.process_time()
+            for _ in range(k):
+                f(*args)
+            dt = time.process_time() - t
+            if dt < 0.01:
+                k, runs = 2 * k, []
+            else:
+                runs.append(dt / k)
+    finally:
+        gc.enable()
+    return min(runs), out
+
+
+def linear(f, make, n=MB // 4):
+    """f(*make(4 * n)), asserting that its CPU time grows linearly: at 4n under 10 times that at
+    n (linear code takes about 4 times, up to 7 where the larger input no longer fits the CPU's
+    cache; quadratic 16). A ratio of two times on one machine, never an absolute bound: a busy
+    machine slows both sizes alike."""
+    small, _ = cpu(f, make(n))
+    big, out = cpu(f, make(4 * n))
+    assert big < 10 * small, f"{getattr(f, '__name__', f)}: {big:.4f} s at 4n, {small:.4f} s at n"
+    return out
 
 
 @functools.lru_cache(maxsize=None)

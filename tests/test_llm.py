@@ -5,7 +5,6 @@ import json
 import re
 import threading
 import time
-import timeit
 import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -17,6 +16,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 import llm
 from llm import HFClient, HTTPClient, LLMJudge, add_client_flags, client_from_args, parse_rating, parse_verdict
+from helpers import linear
 from segment import loads
 from simulator import Simulator
 
@@ -384,30 +384,6 @@ def test_parse_rating(text, r):
     assert parse_rating(text) == r
 
 
-def per_call(f, text):
-    """CPU seconds of this thread per call of f(text) (other processes' load does not count): the
-    best of 3 runs of enough calls to take 10 ms."""
-    start = time.thread_time()
-    f(text)
-    reps = max(1, int(0.01 / max(time.thread_time() - start, 1e-7)))
-    return min(timeit.repeat(lambda: f(text), timer=time.thread_time, number=reps, repeat=3)) / reps
-
-
-def assert_linear(f, make, top):
-    """f(make(n)) takes under 3x the time of f(make(n / 2)), for n doubling from 256 to `top`: a
-    super-linear parser fails at the first size where that part dominates, before it gets slow."""
-    n, before = 256, per_call(f, make(256))
-    while n < top:
-        n *= 2
-        t = per_call(f, make(n))
-        for _ in range(2):  # measure both again: a burst of load on the machine passes, a super-linear cost stays
-            if t < 3 * before:
-                break
-            before, t = min(before, per_call(f, make(n // 2))), min(t, per_call(f, make(n)))
-        assert t < 3 * before, f"{f.__name__} on {n} chars: {t / before:.1f}x the time of {n // 2}"
-        before = t
-
-
 REPLIES = {  # n -> a judge reply of about n characters
     "open, spaces": (lambda n: "Rating: [[" + " " * n, None),
     "open, tabs": (lambda n: "[[" + "\t" * n, None),
@@ -421,12 +397,13 @@ REPLIES = {  # n -> a judge reply of about n characters
 @pytest.mark.parametrize("name", REPLIES)
 def test_parse_rating_is_linear_up_to_1_mb(name):
     make, r = REPLIES[name]
-    assert_linear(parse_rating, make, 2 ** 20)
-    assert parse_rating(make(2 ** 20)) == r
+    linear(parse_rating, lambda n: [make(n)], 2 ** 9)  # small first: the old parser fails here in seconds
+    assert linear(parse_rating, lambda n: [make(n)], 2 ** 18) == r  # up to 1 MB
 
 
 def test_parse_verdict_is_linear_up_to_1_mb():
-    assert_linear(parse_verdict, lambda n: "Verdict: [[" + "\t" * n, 2 ** 20)
+    linear(parse_verdict, lambda n: ["Verdict: [[" + "\t" * n], 2 ** 9)
+    linear(parse_verdict, lambda n: ["Verdict: [[" + "\t" * n], 2 ** 18)
     assert parse_verdict(" [[Solved]]" + "\t" * 2 ** 20 + "[[ unsolved\t]]") is False
 
 
@@ -455,7 +432,7 @@ def test_body_parse_is_linear(name):
         except (ValueError, KeyError, IndexError, TypeError):
             return None
 
-    assert_linear(body, BODIES[name], 2 ** 18)
+    linear(body, lambda n: [BODIES[name](n)], 2 ** 16)
 
 
 class Judge:

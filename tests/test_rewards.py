@@ -8,7 +8,8 @@ from hypothesis import given, strategies as st
 from release_reward import PARTS, release_parts
 from rewards import (MAX_JUDGE_CHARS, FactsJudge, NoisyJudge, loose_equal, normalize_gold, predicted_calls, process_score, score,
                      summary_score, turn_rewards, WEIGHTS)
-from test_segment import FUZZ, MB, SOUP, linear
+from helpers import MB, linear
+from test_segment import FUZZ, SOUP
 
 DEEP = []  # a list nested 10,000 deep: str() and json.dumps() of it raise RecursionError
 for _ in range(10_000):

@@ -1,15 +1,13 @@
 """segment.py: masks from the response mask (SPEC §1) and the call parser."""
-import gc
 import re
-import time
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from helpers import MB, linear
 from segment import Call, find_blocks, parse_block, segment_masks, strip_think
 
-MB = 1_000_000
 
 
 def masks_loop(row):
@@ -115,39 +113,6 @@ def test_parse_block_hostile_json_is_an_error():
     assert c.name == "f" and c.error.startswith("Invalid tool arguments format - ")
     c, = parse_block('{"name": "f", "arguments": "%s"}' % ("7" * 5000))
     assert c.error.startswith("Invalid tool arguments format - ")
-
-
-def cpu(f, args):
-    """CPU seconds per call of f(*args), and its result: after one call to warm up, the best of
-    3 runs of k calls (k doubles until a run takes 10 ms, so the clock's jitter does not time a
-    microsecond call), with the garbage collector off (its passes over every live object would
-    make the time of allocating n objects grow faster than n)."""
-    out, k, runs = f(*args), 1, []
-    gc.disable()
-    try:
-        while len(runs) < 3:
-            t = time.process_time()
-            for _ in range(k):
-                f(*args)
-            dt = time.process_time() - t
-            if dt < 0.01:
-                k, runs = 2 * k, []
-            else:
-                runs.append(dt / k)
-    finally:
-        gc.enable()
-    return min(runs), out
-
-
-def linear(f, make, n=MB // 4):
-    """f(*make(4 * n)), asserting that its CPU time grows linearly: at 4n under 10 times that at
-    n (linear code takes about 4 times, up to 7 where the larger input no longer fits the CPU's
-    cache; quadratic 16). A ratio of two times on one machine, never an absolute bound: a busy
-    machine slows both sizes alike."""
-    small, _ = cpu(f, make(n))
-    big, out = cpu(f, make(4 * n))
-    assert big < 10 * small, f"{getattr(f, '__name__', f)}: {big:.4f} s at 4n, {small:.4f} s at n"
-    return out
 
 
 def test_megabyte_inputs_are_linear():

@@ -7,6 +7,7 @@ import types
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import jsonschema
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 import simulator
 from segment import Call
 from simulator import FAILED, NO_CALL, NO_RESULT, Simulator, parse_calls, truncate, unwrap
-from test_segment import linear
+from helpers import linear
 
 torch.set_num_threads(1)
 
@@ -299,6 +300,151 @@ def test_schema_patterns_are_time_bounded(monkeypatch):
         "Tool 'now' arguments do not match its schema: 's' is not of type 'integer' at '$.n_1'"]
 
 
+# ---- check 4 is bounded: budgets, linear keywords, failures for one call only -----------------
+
+def schema_task(schema):
+    return types.SimpleNamespace(tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}],
+                                 allowed_tools=None, responses=[])
+
+
+def check(schema, arguments, sim=None):
+    """The observation of one call of tool "f" with `arguments` against `schema`."""
+    [obs] = one(sim or Simulator(), turn({"name": "f", "arguments": arguments}), schema_task(schema))
+    return obs
+
+
+UNCHECKED = "Tool 'f' arguments could not be checked against its schema: "
+OVER = UNCHECKED + "the check ran over its budget"
+
+
+def nested_any_of(depth):
+    """A ~100-bytes-a-level schema whose two-branch anyOf chain through $defs makes jsonschema try 2**depth paths
+    on an instance that fails every branch."""
+    defs = {f"d{k}": {"anyOf": [{"$ref": f"#/$defs/d{k + 1}"}, {"$ref": f"#/$defs/d{k + 1}"}]} for k in range(depth)}
+    defs[f"d{depth}"] = {"type": "string"}
+    return {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/d0"}}}
+
+
+def test_unique_items_is_linear():
+    schema = {"type": "object", "properties": {"x": {"type": "array", "uniqueItems": True}}}
+    assert check(schema, {"x": [{"k": i} for i in range(1500)]}) == NO_RESULT
+    linear(lambda n: check(schema, {"x": [{"k": i} for i in range(n)]}), lambda k: [k], 500)  # jsonschema's is quadratic
+
+
+SCALARS = st.none() | st.booleans() | st.sampled_from([0, 1, -1, 2 ** 53, 2 ** 53 + 1, 0.0, -0.0, 1.0, 1.5, 2.0 ** 53,
+                                                       "", "a", "1"])
+JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("ab"), inner,
+                                                                                          max_size=2), max_leaves=6)
+
+UNIQUE = {"type": "object", "properties": {"x": {"uniqueItems": True}}}
+UNIQUE_SIM = Simulator()
+
+
+@settings(max_examples=150, deadline=None, database=None, derandomize=True)
+@given(st.lists(JSON, max_size=5))
+def test_unique_items_agrees_with_jsonschema(items):
+    items = json.loads(json.dumps(items))  # what the policy's JSON parses to
+    valid = jsonschema.Draft202012Validator(UNIQUE).is_valid({"x": items})  # 1 == 1.0, True != 1, key order ignored
+    obs = check(UNIQUE, {"x": items}, UNIQUE_SIM)
+    assert (obs == NO_RESULT) == valid and (valid or obs.endswith("has non-unique elements at '$.x'"))
+
+
+def test_draft04_metaschema_check_is_linear():
+    def schema(n):  # the draft-04 metaschema puts uniqueItems on "enum": jsonschema's compares every pair of objects
+        return {"$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
+                "properties": {"x": {"enum": [{"k": i, "v": [i, str(i)]} for i in range(n)]}}}
+
+    assert check(schema(3000), {"x": {"k": 7, "v": [7, "7"]}}) == NO_RESULT
+    assert check(schema(3000), {"x": 5}).startswith("Tool 'f' arguments do not match its schema: 5 is not one of [")
+    linear(lambda n: check(schema(n), {"x": 5}), lambda k: [k], 500)  # jsonschema's is quadratic
+
+
+def test_exponential_any_of_runs_over_the_step_budget(monkeypatch):
+    assert check(nested_any_of(20), {"x": 5}) == OVER  # jsonschema: 2**20 paths, minutes
+    assert check(nested_any_of(20), {"x": "s"}) == NO_RESULT  # anyOf stops at the first branch that holds
+    linear(lambda n: check(nested_any_of(n), {"x": 5}), lambda k: [k], 20)
+    monkeypatch.setattr(simulator, "SCHEMA_SECONDS", 1e9)  # the verdict is the step count's, not the clock's
+    monkeypatch.setattr(simulator, "MAX_STEPS", 4 * 2 ** 4)
+    assert check(nested_any_of(3), {"x": 5}).startswith("Tool 'f' arguments do not match its schema: 5 is not valid")
+    assert check(nested_any_of(5), {"x": 5}) == OVER
+
+
+def test_a_metaschema_check_over_budget_checks_the_schema_light(monkeypatch):
+    monkeypatch.setattr(simulator, "META_STEPS", 10)  # the 2020-12 metaschema takes more for any schema
+    sim = Simulator()
+    with pytest.warns(UserWarning, match="invalid JSON schema, checked light only: OverBudget: the check ran over"):
+        assert check(TOOLS[0]["function"]["parameters"], {"city": 5, "unit": "c"}, sim) == NO_RESULT
+    assert check(TOOLS[0]["function"]["parameters"], {"unit": "c"}, sim) == (  # checks 1-3 still run
+        "Tool 'f' missing required parameters: ['city']")
+
+def test_arguments_over_the_size_budget_are_not_validated():
+    schema = {"type": "object", "properties": {"x": {"type": "array"}, "n": {"multipleOf": 0.01}}}
+    assert check(schema, {"x": [0] * (simulator.MAX_VALUES - 2)}) == NO_RESULT  # the object, its array, the items
+    assert check(schema, {"x": [0] * (simulator.MAX_VALUES - 1)}) == UNCHECKED + "they hold more than 5000 values"
+    assert check(schema, {"n": 10 ** 300 - 1}) == NO_RESULT  # validated: jsonschema divides as floats
+    assert check(schema, {"n": -10 ** 300}) == UNCHECKED + "an integer has more than 300 digits"
+    assert check(schema, {"n": 1e308}) == (  # a float is never too big: jsonschema falls back to Fraction
+        "Tool 'f' arguments do not match its schema: 1e+308 is not a multiple of 0.01 at '$.n'")
+
+
+@pytest.mark.parametrize("bad, arguments", [
+    ({"multipleOf": 0.01}, {"x": int("9" * 401)}),                 # jsonschema: OverflowError (ours: over MAX_DIGITS)
+    ({"$ref": "#/$defs/nope"}, {"x": 1}),                          # an unresolvable $ref
+    ({"$ref": "#/properties/x"}, {"x": 1}),                        # a $ref loop: RecursionError
+], ids=["overflow", "unresolvable ref", "ref loop"])
+def test_a_failing_check_never_turns_check4_off(bad, arguments):
+    schema = {"type": "object", "properties": {"x": bad, "unit": {"enum": ["c", "f"]}}}
+    sim = Simulator()
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        check(schema, arguments, sim)  # an error observation or checked light: this call only
+        check(schema, arguments, sim)
+    assert check(schema, {"unit": "k"}, sim) == (
+        "Tool 'f' arguments do not match its schema: 'k' is not one of ['c', 'f'] at '$.unit'")
+
+
+def test_a_call_jsonschema_fails_on_is_checked_light_with_one_warning():
+    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/nope"}}}
+    sim = Simulator()
+    with pytest.warns(UserWarning, match="such calls are checked light only: _WrappedReferencingError"):
+        assert check(schema, {"x": 1}, sim) == NO_RESULT
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert check(schema, {"x": 2}, sim) == NO_RESULT
+
+
+CATASTROPHIC = "^(a|aa)+$"  # ~1.6**n steps on "a" * n + "!" for a backtracking matcher (re)
+
+
+@pytest.mark.parametrize("schema, arguments", [
+    ({"type": "object", "properties": {"x": {"$schema": "https://json-schema.org/draft/2020-12/schema",
+                                             "pattern": CATASTROPHIC}}},
+     lambda n: {"x": "a" * n + "!"}),                                   # a nested "$schema": jsonschema's own class
+    ({"type": "object", "patternProperties": {CATASTROPHIC: {}}, "additionalProperties": False},
+     lambda n: {"a" * n + "!": 1}),                                     # additionalProperties matches with re
+    ({"type": "object", "properties": {"x": {"$ref": "https://json-schema.org/draft/2020-12/schema"}}},
+     lambda n: {"x": {"required": [{"k": i} for i in range(n * 20)]}}),  # a metaschema: jsonschema's uniqueItems
+    ({"type": "object", "patternProperties": {CATASTROPHIC: {}}, "unevaluatedProperties": False},
+     lambda n: {"a" * n + "!": 1}),                                     # unevaluatedProperties: re, checked light
+], ids=["nested $schema", "additionalProperties", "$ref to a metaschema", "unevaluatedProperties"])
+def test_no_keyword_escapes_the_budget(schema, arguments):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        linear(lambda n: check(schema, arguments(n)), lambda k: [k], 60)  # jsonschema's: exponential or quadratic
+
+
+def test_additional_properties_keeps_jsonschemas_messages():
+    cases = [({"properties": {"a": {}}, "additionalProperties": False}, {"a": 1, "c": 2, "b": 3}),
+             ({"patternProperties": {"^x": {}}, "additionalProperties": False}, {"xa": 1, "c": 2}),
+             ({"patternProperties": {"^x": {}}, "additionalProperties": False}, {"c": 2, "b": 1}),
+             ({"properties": {"a": {}}, "additionalProperties": {"type": "string"}}, {"a": 1, "c": 2})]
+    for schema, arguments in cases:
+        schema = {"type": "object", **schema}
+        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(arguments))
+        assert check(schema, arguments) == (
+            f"Tool 'f' arguments do not match its schema: {error.message} at '{error.json_path}'")
+
+
 def test_ablate_skips_checks_2_to_4_and_hides_the_definition():
     client = Scripted(echo)
     sim = Simulator("llm", client, ablate=True)
@@ -421,6 +567,36 @@ def test_the_answer_is_bounded():
     [obs] = linear(lambda text: one(Simulator("llm", Scripted(lambda p: text)), turn({"name": "now"})),
                    lambda n: [big(n)])
     assert len(obs) == 2048 and obs == truncate("x" * 500_000, 2048)  # the last complete body, cut
+
+
+REPLIES_OF_SIZE = [  # hostile simulator-LLM replies of about n characters
+    lambda n: "<tool_response>" * (n // 15), lambda n: "</tool_response>" * (n // 16),
+    lambda n: "<tool_response>x</tool_response>" * (n // 32), lambda n: "[" * n, lambda n: '{"a":' * (n // 5),
+    lambda n: '"' + "x" * n + '"', lambda n: '["' + "\\u00e9" * (n // 6) + '"]', lambda n: '["' + "\\" * n + '"]',
+    lambda n: "[" + "1," * (n // 2) + "1]", lambda n: "[" + "9" * n + "]", lambda n: "[1e" + "9" * n + "]",
+    lambda n: "{" + ",".join(f'"k{i}":1' for i in range(n // 8)) + "}", lambda n: "{" + '"k":1,' * (n // 6) + "}",
+    lambda n: "[" + "null," * (n // 5) + "null]", lambda n: '["' + "\\ud800" * (n // 6) + '"]',
+    lambda n: " " * n + "{}", lambda n: '"' * n, lambda n: "\\" * n, lambda n: "<" * n]
+
+
+def test_every_reply_parser_is_linear(tmp_path):
+    replies = {n: [reply(n) for reply in REPLIES_OF_SIZE] for n in (125_000, 500_000)}  # built before timing
+    for n in replies:
+        (tmp_path / str(n)).mkdir()
+        (tmp_path / str(n) / "sgls_cache.jsonl").write_text("\n".join(replies[n]))
+
+    def ask(n):  # unwrap, then the raw-JSON fallback (_json_text), then truncation
+        for text in replies[n]:
+            [obs] = one(Simulator("llm", Scripted(lambda p: text), retries=0), turn({"name": "now"}))
+            assert len(obs) <= 2048
+
+    def load(n):  # the cache-line reader, one hostile line each (up to the 1 MB limit of a JSON text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert Simulator("llm", Scripted(echo), cache_dir=tmp_path / str(n)).cache == {}
+
+    linear(ask, lambda k: [k], 125_000)
+    linear(load, lambda k: [k], 125_000)
 
 
 # ---- truncation ---------------------------------------------------------------------------
