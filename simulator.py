@@ -553,7 +553,7 @@ class Simulator:
     def _store(self, key, answer):
         with self._lock, open(self.cache_path, "a", encoding="utf-8") as f:  # one write per line
             self.cache[key] = answer
-            f.write(json.dumps({"key": key, "response": answer}, ensure_ascii=False) + "\n")
+            f.write(json.dumps({"key": key, "response": answer}) + "\n")
 
 
 def _tools(task):

@@ -639,6 +639,15 @@ def test_cache_avoids_second_call_and_survives_a_new_simulator(tmp_path):
     assert len((tmp_path / "sgls_cache.jsonl").read_text().splitlines()) == 2
 
 
+def test_cache_stores_a_lone_surrogate(tmp_path):
+    """A policy's argument or the LLM's answer can hold a lone surrogate (a JSON "\\ud800"): the
+    cache line is written with ASCII escapes and read back, instead of a UnicodeEncodeError."""
+    client = Scripted(lambda p: '<tool_response>{"v": "\ud800"}</tool_response>')  # a real surrogate
+    text = turn({"name": "get_weather", "arguments": {"city": "\ud800", "unit": "c"}})
+    assert one(Simulator("llm", client, cache_dir=tmp_path), text) == ['{"v": "\ud800"}']
+    assert one(Simulator("llm", client, cache_dir=tmp_path), text) == ['{"v": "\ud800"}'] and len(client.batches) == 1
+
+
 def test_cache_skips_torn_and_invalid_lines(tmp_path):
     key = json.dumps(["llm", simulator.canonical("now", {})])
     good = json.dumps({"key": key, "response": '{"t": "noon"}'})
