@@ -63,6 +63,7 @@ import shutil
 import socket
 import threading
 import time
+from contextlib import ExitStack, contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPConnection, HTTPException, HTTPSConnection
 from urllib.parse import urlsplit
@@ -204,11 +205,22 @@ class HTTPClient:
         self.timeout, self.deadline, self.retries, self.backoff = timeout, deadline, retries, backoff
         self.workers, self.max_body = workers, max_body
         self._lock, self._rng = threading.Lock(), random.Random()  # own generator: leaves the global seed alone
+        self._end = None  # set by `window`: the end every complete() call shares
+
+    @contextmanager
+    def window(self):
+        """Every complete() call made inside returns within `deadline` seconds of the window's
+        start, however many calls (a training step's turns, or its ratings on many threads)."""
+        self._end = time.monotonic() + self.deadline
+        try:
+            yield self
+        finally:
+            self._end = None
 
     def complete(self, batch, temperature, max_tokens):
         if not batch:
             return []
-        end = time.monotonic() + self.deadline  # one deadline for the lookup and the whole batch
+        end = self._end or time.monotonic() + self.deadline  # one deadline for the lookup and the whole batch
         with self._lock:  # a call waiting here started later than the one looking up: its own end is later
             if self._discover:
                 model = self._request("/models", None, lambda b: b["data"][0]["id"], end)
@@ -296,6 +308,17 @@ def _content(body):
     if not isinstance(content, str):
         raise TypeError(f"content is {type(content).__name__}")
     return content
+
+
+@contextmanager
+def window(*clients):
+    """One deadline for every request made inside, per HTTP client (`HTTPClient.window`); other
+    clients (in-process, replay, None) need none."""
+    with ExitStack() as stack:
+        for c in clients:
+            if isinstance(c, HTTPClient):
+                stack.enter_context(c.window())
+        yield
 
 
 def add_client_flags(parser, role):
