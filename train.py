@@ -692,7 +692,7 @@ def run(a, rank, tasks, evals, convs, got):
             saved = step + 1
     halt(steps)
 
-    if steps > start:
+    if steps:  # also when a stop came after the last step: the resumed run has no step left but this
         table["after RL"] = run_eval("after RL", steps)
     save_final(model, tok, final, rank, info={"rl_steps": steps, "logs": sizes()})
     if main_rank:

@@ -200,16 +200,18 @@ def test_one_run_per_out_and_a_killed_run_leaves_no_lock(reference):
     out = tmp / "shared"
     import train
     p = run(["-c", SIGNAL_ITSELF, "sleep", "step-1"], out, rl, sft)       # a long RL step 1
-    for line in p.stdout:
-        if "in step-1" in line:                                          # after a progress bar's \r
-            break
-    assert p.poll() is None
-    for extra in ([], ["--resume"], ["--overwrite"]):                     # a second run of any kind is refused
-        with pytest.raises(SystemExit) as e:
-            train.main(["--data", rl, "--sft-data", sft, "--out", str(out), *ARGS, *extra])
-        assert e.value.code == f"--out {out} is in use by another run (pid {p.pid}): wait for it or pick another --out"
-    p.kill()
-    p.communicate()
+    try:
+        for line in p.stdout:
+            if "in step-1" in line:                                      # after a progress bar's \r
+                break
+        assert p.poll() is None
+        for extra in ([], ["--resume"], ["--overwrite"]):                 # a second run of any kind is refused
+            with pytest.raises(SystemExit) as e:
+                train.main(["--data", rl, "--sft-data", sft, "--out", str(out), *ARGS, *extra])
+            assert e.value.code == f"--out {out} is in use by another run (pid {p.pid}): wait for it or pick another --out"
+    finally:
+        p.kill()
+        p.communicate()
     q = run(["train.py"], out, rl, sft, "--resume")                       # the kernel dropped the lock
     log = q.communicate(timeout=300)[0]
     assert q.returncode == 0 and "resumed from" in log, log
@@ -219,11 +221,13 @@ def test_one_run_per_out_and_a_killed_run_leaves_no_lock(reference):
 def test_the_lock_is_released_when_its_holder_dies(tmp_path):
     p = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                          env={**os.environ, "PYTHONPATH": ROOT})
-    assert p.stdout.readline() == "held\n"
-    with pytest.raises(SystemExit, match=rf"in use by another run \(pid {p.pid}\)"):
-        parallel.lock(str(tmp_path), 0)
-    p.kill()
-    p.wait()
+    try:
+        assert p.stdout.readline() == "held\n"
+        with pytest.raises(SystemExit, match=rf"in use by another run \(pid {p.pid}\)"):
+            parallel.lock(str(tmp_path), 0)
+    finally:
+        p.kill()
+        p.wait()
     parallel.lock(str(tmp_path), 0).close()
 
 
