@@ -644,9 +644,9 @@ def run(a, rank, tasks, evals, convs, got):
         rewind(state.get("logs"))
         if main_rank:
             print(f"resumed from {folder}: RL step {start}")
-    elif a.resume:  # from the SFT result, or from nothing
+    elif a.resume:  # from the SFT result (its run.json holds the logs' lengths then), or from nothing
         info = os.path.join(sft_dir, "run.json")
-        rewind(json.load(open(info))["logs"] if os.path.isfile(info) else None if os.path.isdir(sft_dir)
+        rewind(read_json(info).get("logs") if os.path.isfile(info) else None if os.path.isdir(sft_dir)
                else dict.fromkeys(LOGS, 0))
     table = {"before RL": None if found else run_eval("before RL", 0)}
 

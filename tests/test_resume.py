@@ -341,6 +341,7 @@ def read_only(folder, cmd):
     return ["unshare", "-rm", "sh", "-c", script, str(folder), *cmd]
 
 
+@pytest.mark.slow
 def test_a_read_only_out_is_one_line(tmp_path):
     rl, sft = write_world(tmp_path)
     out = tmp_path / "ro"
