@@ -490,7 +490,6 @@ def main(argv=None):
     if a.resume and not os.path.exists(os.path.join(a.out, "config.json")):
         raise SystemExit(f"--resume: no run to continue in --out {a.out} (no config.json)")
     rank, _ = setup_dist(a)
-    deterministic(a.device)
     random.seed(a.seed)
     torch.manual_seed(a.seed)
 
@@ -502,12 +501,15 @@ def main(argv=None):
     except DataError as e:
         raise SystemExit(f"error: {e}") from None
     held = lock(a.out, rank)  # one run per --out, until this process ends
+    was = torch.are_deterministic_algorithms_enabled()  # given back at the end, for a caller in this process
     try:
+        deterministic(a.device)
         with stop_requests() as got:
             run(a, rank, tasks, evals, convs, got)
     finally:
         if held:
             held.close()
+        torch.use_deterministic_algorithms(was)
     if dist.is_initialized():
         dist.destroy_process_group()
 
