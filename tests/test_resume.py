@@ -1,5 +1,6 @@
-"""Checkpoints, --resume and the run folder. At two threads (OMP_NUM_THREADS=2; train.py turns
-on torch's deterministic algorithms on CPU, so the thread count does not change the bits):
+"""Checkpoints, --resume and the run folder. At two threads (OMP_NUM_THREADS=2: more than one,
+and train.py turns on torch's deterministic algorithms on CPU, which make a run repeatable at
+any fixed thread count; the uninterrupted reference runs at the same count):
 - a run killed with SIGKILL (between steps, or while a checkpoint is being written), or
   stopped by SIGTERM or SIGINT (during RL or SFT), then resumed, ends with exactly the weights of
   an uninterrupted run, and its logs hold every step exactly once;
