@@ -13,12 +13,20 @@ normaliser, the metrics and the records across ranks.
 Precision: the trained weights, their gradients and AdamW's state stay float32; `autocast`
 runs the forward passes in --dtype.
 
+Run folder: `lock` lets one run at a time use an --out (an flock the kernel drops when the
+process dies). `writing` turns a failed write (read-only folder, full disk) into one line naming
+the path, removing the half-written temporary folder; nothing written earlier is touched.
+
 Checkpoints: ckpt/step-N/ is written to ckpt/.tmp-step-N and renamed, so a folder that
 exists is complete; it holds the whole model and optimizer state (gathered to rank 0), every
-rank's RNG state, the next step and the data order, and the config. `check_resume` refuses a
-resumed run whose config differs, naming the keys.
+rank's RNG state, the next step, the data order, the byte length of each log file, and the
+config. `check_resume` refuses a resumed run whose config differs, naming the keys;
+`resume_point` takes the newest checkpoint that reads back (files loaded with weights_only),
+skips a damaged one saying which and why, and stops with one line on one of another config,
+model shape or process count.
 """
 import ctypes
+import fcntl
 import json
 import os
 import random
@@ -30,8 +38,9 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.distributed as dist
+from safetensors import SafetensorError, safe_open
 
-RESUME_FREE = {"resume", "overwrite", "show", "device"}  # flags a resumed run may change
+RESUME_FREE = {"resume", "overwrite", "show", "device", "out"}  # flags a resumed run may change (a run folder may move)
 
 
 def setup_dist(a):
@@ -159,12 +168,67 @@ def load_state(model, opt, msd, osd):
 
 
 # ---------------------------------------------------------------------------------------------
-# checkpoints: ckpt/step-N/ written to ckpt/.tmp-step-N and renamed, so a folder that exists is complete
+# the run folder: one run at a time, failed writes as one line, atomic checkpoints
+LOCK = ".lock"  # in --out; holds the pid of the run that has the folder
+
+
+class Unusable(Exception):
+    """A checkpoint file that cannot be read back (zero bytes, truncated, garbled)."""
+
+
+def reason(e):
+    """The OS's words for a failed write (torch's zip writer wraps them in a RuntimeError), else
+    the first line of the error."""
+    for x in (e, e.__cause__, e.__context__):
+        if isinstance(x, OSError) and x.strerror:
+            return x.strerror
+    line = (str(e).splitlines() or [""])[0][:200]
+    return f"{type(e).__name__}: {line}" if line else type(e).__name__
+
+
+@contextmanager
+def writing(path, tmp=None):
+    """A failed write (a read-only folder, a full disk) becomes one line naming `path`, after the
+    half-written folder `tmp` is removed; nothing written before is touched."""
+    try:
+        yield
+    except (OSError, RuntimeError, SafetensorError) as e:  # torch.save and safetensors report I/O this way
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise SystemExit(f"cannot write {path}: {reason(e)}") from None
+
+
+def lock(out, rank):
+    """One run per `out`: rank 0 takes an exclusive flock on out/.lock for the whole run (the
+    kernel drops it when the process dies, so a killed run never leaves it stuck) and every rank
+    learns the outcome, so a second torchrun job is refused as a whole. Returns the open lock
+    file (rank 0; closing it releases the lock) or None."""
+    path, f, busy = os.path.join(out, LOCK), None, ""
+    if rank == 0:
+        with writing(path):
+            os.makedirs(out, exist_ok=True)
+            f = open(path, "a+")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                f.truncate(0)
+                f.write(f"{os.getpid()}\n")
+                f.flush()
+            except BlockingIOError:
+                f.seek(0)
+                pid = f.read(32).strip()
+                f.close()
+                f, busy = None, f"--out {out} is in use by another run (pid {pid or '?'}): wait for it or pick another --out"
+    busy = gather([busy])[0]                                # rank 0's outcome, on every rank
+    if busy:
+        raise SystemExit(busy)
+    return f
+
+
 CKPT_RE = re.compile(r"step-(\d+)$")
 
 
 def checkpoints(out):
-    """Complete checkpoints in `out`, oldest first."""
+    """Checkpoint folders in `out` (complete ones: a half-written one has another name), oldest first."""
     folder = os.path.join(out, "ckpt")
     names = [n for n in os.listdir(folder) if CKPT_RE.match(n)] if os.path.isdir(folder) else []
     return [os.path.join(folder, n) for n in sorted(names, key=lambda n: int(CKPT_RE.match(n).group(1)))]
@@ -182,27 +246,45 @@ def set_rng_state(s):
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
-def save_checkpoint(model, opt, a, step, order, rank):
-    """Weights, optimizer, every rank's RNG, the next step and the data order, atomically."""
+def save(obj, path):
+    """torch.save through a Python file (so a failed write reports the OS's reason), synced to
+    disk before the folder is renamed."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def save_checkpoint(model, opt, a, step, order, rank, logs=None):
+    """Weights, optimizer, every rank's RNG, the next step, the data order and `logs` (rank 0's
+    byte length of each log file), written to ckpt/.tmp-step-N and renamed. Keeps the last
+    --keep checkpoints up to this step (a later one, skipped as damaged on resume, is replaced
+    when the run gets there)."""
     folder = os.path.join(a.out, "ckpt")
     tmp, final = os.path.join(folder, f".tmp-step-{step}"), os.path.join(folder, f"step-{step}")
     msd, osd = full_state(model, opt)
     if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
         check_finite(msd)
+        with writing(tmp, tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
     barrier()
-    torch.save(rng_state(), os.path.join(tmp, f"rng-{rank}.pt"))
+    with writing(os.path.join(tmp, f"rng-{rank}.pt"), tmp):
+        save(rng_state(), os.path.join(tmp, f"rng-{rank}.pt"))
     if rank == 0:
-        torch.save({"model": msd, "optimizer": osd, "step": step, "order": order, "world": world()},
-                   os.path.join(tmp, "state.pt"))
-        with open(os.path.join(tmp, "config.json"), "w") as f:
+        with writing(os.path.join(tmp, "state.pt"), tmp):
+            save({"model": msd, "optimizer": osd, "step": step, "order": order, "world": world(), "logs": logs},
+                 os.path.join(tmp, "state.pt"))
+        with writing(os.path.join(tmp, "config.json"), tmp), open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(vars(a), f, indent=1)
     barrier()
     if rank == 0:
-        os.replace(tmp, final) if not os.path.exists(final) else (shutil.rmtree(final), os.replace(tmp, final))
-        for old in checkpoints(a.out)[:-a.keep]:
-            shutil.rmtree(old)
+        with writing(final):
+            if os.path.exists(final):
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            for old in [c for c in checkpoints(a.out) if int(CKPT_RE.search(c).group(1)) <= step][:-a.keep]:
+                shutil.rmtree(old)
     barrier()
 
 
@@ -212,26 +294,145 @@ def check_finite(state):
         raise SystemExit(f"refusing to save non-finite weights ({len(bad)} tensors, e.g. {bad[0]})")
 
 
-def save_final(model, tok, path, rank):
-    """A Hugging Face folder of the whole model, never with non-finite weights."""
+def save_final(model, tok, path, rank, info=None):
+    """A Hugging Face folder of the whole model, never with non-finite weights, written to
+    path.tmp and renamed; `info` (a dict) goes to its run.json."""
     msd, _ = full_state(model)
     if rank == 0:
         check_finite(msd)
         tmp = path + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp, state_dict=msd)
-        tok.save_pretrained(tmp)
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)
+        with writing(path, tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+            model.save_pretrained(tmp, state_dict=msd)
+            tok.save_pretrained(tmp)
+            if info is not None:
+                with open(os.path.join(tmp, "run.json"), "w") as f:
+                    json.dump(info, f)
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(tmp, path)
     barrier()
+
+
+# ---------------------------------------------------------------------------------------------
+# --resume: the config must match, and the newest checkpoint that reads back is the one used
+def config_diff(saved, a, where):
+    """One line naming the flags whose value in `saved` (a config dict) differs from this run's,
+    but for RESUME_FREE ones; '' when none."""
+    now = json.loads(json.dumps(vars(a)))
+    diff = sorted(k for k in set(saved) | set(now) if k not in RESUME_FREE and saved.get(k) != now.get(k))
+    if not diff:
+        return ""
+    return (f"--resume: the config differs from {where} in {', '.join('--' + k.replace('_', '-') for k in diff)}"
+            f" ({'; '.join(f'{k}: {saved.get(k)!r} -> {now.get(k)!r}' for k in diff)})")
+
+
+def read_json(path):
+    """A JSON object from `path`; Unusable naming the file and what is wrong."""
+    try:
+        with open(path) as f:
+            x = json.load(f)
+    except FileNotFoundError:
+        raise Unusable(f"{path} is missing") from None
+    except (OSError, ValueError) as e:
+        raise Unusable(f"{path} is not valid JSON ({os.path.getsize(path)} bytes: {reason(e)})") from None
+    if not isinstance(x, dict):
+        raise Unusable(f"{path} holds no JSON object")
+    return x
+
+
+def check_folder(path):
+    """A saved model folder must read back: every JSON file parses, every safetensors file is
+    whole; else one line naming the file and what is wrong."""
+    for n in sorted(os.listdir(path)):
+        f = os.path.join(path, n)
+        try:
+            if n.endswith(".json"):
+                read_json(f)
+            elif n.endswith(".safetensors"):
+                with safe_open(f, "pt"):
+                    pass
+        except (Unusable, SafetensorError) as e:
+            why = e if isinstance(e, Unusable) else f"{f} is damaged ({os.path.getsize(f)} bytes; {reason(e)})"
+            raise SystemExit(f"--resume: {why}: restore it, or start afresh with --overwrite") from None
 
 
 def check_resume(a):
     """The saved config must equal this run's, but for RESUME_FREE flags."""
-    with open(os.path.join(a.out, "config.json")) as f:
-        saved = json.load(f)
-    now = json.loads(json.dumps(vars(a)))
-    diff = sorted(k for k in set(saved) | set(now) if k not in RESUME_FREE and saved.get(k) != now.get(k))
+    try:
+        saved = read_json(os.path.join(a.out, "config.json"))
+    except Unusable as e:
+        raise SystemExit(f"--resume: {e}") from None
+    diff = config_diff(saved, a, "the saved run")
     if diff:
-        raise SystemExit(f"--resume: the config differs from the saved run in {', '.join('--' + k.replace('_', '-') for k in diff)}"
-                         f" ({'; '.join(f'{k}: {saved.get(k)!r} -> {now.get(k)!r}' for k in diff)})")
+        raise SystemExit(diff)
+
+
+def read(path):
+    """torch.load of a checkpoint file with weights_only (nothing in it can run code); Unusable
+    naming the file and what is wrong."""
+    if not os.path.exists(path):
+        raise Unusable(f"{path} is missing")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch reports a torn zip, an empty file and a bad pickle each its own way
+        raise Unusable(f"{path} cannot be read back ({os.path.getsize(path)} bytes; {reason(e)})") from None
+
+
+STATE_KEYS = ("model", "optimizer", "step", "order", "world")
+
+
+def check_checkpoint(folder, model, a, rank):
+    """Read one checkpoint: (state, this rank's RNG state). Unusable when a file cannot be read
+    back; SystemExit naming the difference when it belongs to another config, model shape or
+    process count (a file copied in from elsewhere, not a damaged one)."""
+    diff = config_diff(read_json(os.path.join(folder, "config.json")), a, folder)
+    if diff:
+        raise SystemExit(diff)
+    path = os.path.join(folder, "state.pt")
+    state = read(path)
+    if not isinstance(state, dict) or any(k not in state for k in STATE_KEYS):
+        raise Unusable(f"{path} is not a checkpoint (no {', '.join(k for k in STATE_KEYS if k not in state)})"
+                       if isinstance(state, dict) else f"{path} is not a checkpoint")
+    if state["world"] != world():
+        raise SystemExit(f"--resume: {folder} was written by {state['world']} processes, this run has {world()}")
+    mine, theirs = {k: tuple(v.shape) for k, v in model.state_dict().items()}, state["model"]
+    if not isinstance(theirs, dict):
+        raise Unusable(f"{path} is not a checkpoint (no model state)")
+    for k in sorted(set(mine) | set(theirs)):
+        shape = tuple(theirs[k].shape) if k in theirs and torch.is_tensor(theirs[k]) else None
+        if k not in theirs or k not in mine or shape != mine[k]:
+            raise SystemExit(f"--resume: {folder} holds another model: {k} is "
+                             f"{shape if k in theirs else 'absent'} there, {mine.get(k, 'absent')} here")
+    path = os.path.join(folder, f"rng-{rank}.pt")
+    rng, now = read(path), rng_state()
+    try:
+        set_rng_state(rng)
+    except Exception as e:
+        raise Unusable(f"{path} holds no RNG state ({reason(e)})") from None
+    finally:
+        set_rng_state(now)
+    return state, rng
+
+
+def resume_point(out, model, a, rank):
+    """The newest checkpoint of `out` that reads back on every rank: (folder, state, this rank's
+    RNG state), or None when there is no checkpoint. A damaged one is skipped, saying which and
+    why; when none reads back, one line naming the newest one's file and what is wrong."""
+    skipped = []
+    for folder in reversed(checkpoints(out)):
+        try:
+            state, rng = check_checkpoint(folder, model, a, rank)
+            why = ""
+        except Unusable as e:
+            state, rng, why = None, None, str(e)
+        whys = [w for w in gather([why]) if w]              # every rank's verdict
+        if not whys:
+            if rank == 0:
+                for f, w in skipped:
+                    print(f"--resume: skipping {f}: {w}")
+            return folder, state, rng
+        skipped.append((folder, whys[0]))
+    if skipped:
+        more = f"; {len(skipped) - 1} older checkpoint(s) damaged too" if len(skipped) > 1 else ""
+        raise SystemExit(f"--resume: no usable checkpoint: {skipped[0][1]}{more}")
+    return None

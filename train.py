@@ -41,10 +41,22 @@ prints and writes files.
 
 Outputs in --out: config.json, metrics.jsonl (one line per SFT and RL step), rollouts.jsonl
 (every rollout), eval.jsonl, sft/ (the SFT result), ckpt/step-N/ (the last --keep checkpoints:
-weights, optimizer, every rank's RNG states, the data order and position, the config) and
-final/ (a Hugging Face folder). A rerun never truncates an earlier run's files: a non-empty
---out needs --resume (continue; logs are appended, so steps after the last checkpoint appear
-twice and the later line wins) or --overwrite (start afresh).
+weights, optimizer, every rank's RNG states, the data order and position, each log's length,
+the config) and final/ (a Hugging Face folder). A rerun never truncates an earlier run's
+files: a non-empty --out needs --resume (continue from the newest checkpoint that reads back;
+each log is cut back to its length at that checkpoint, so every step appears once; a finished
+run, one with final/, says so and trains nothing) or --overwrite (start afresh).
+
+The run folder (parallel.py's lock, writing, resume_point): one run at a time holds --out (a
+second one is refused naming the holder's pid; the kernel drops the lock of a killed run).
+SIGTERM or SIGINT lets the current RL step finish, writes a checkpoint at the boundary and
+exits with 128 + the signal's number (143, 130); during SFT it abandons SFT, which --resume
+redoes; a second signal acts at once. A damaged checkpoint is skipped for the one before it,
+saying which and why; a failed write (read-only folder, full disk) is one line naming the
+path. On CPU torch's deterministic algorithms are on, so a run is bit-reproducible at every
+thread count (the same command at the same thread count gives the same weights; another
+thread count changes the floating point sums) and a resumed run ends with the bits of an
+uninterrupted one (tests/test_resume.py, at two threads).
 Log-probs (logprobs.py) are computed on response tokens only, in chunks, and the G rollouts
 of a prompt compute it once in every log-prob pass.
 """
@@ -54,8 +66,11 @@ import math
 import os
 import random
 import shutil
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -67,8 +82,9 @@ from advantage import group_normalize, route, slca_advantages, toolpo_advantages
 from data import MAX_PROMPT_TOKENS, DataError, drop_long, load_sft, load_tasks, release_files
 from eval import format_table, score_rollouts, summarize
 from llm import load_policy
-from parallel import (all_sum, autocast, barrier, check_resume, checkpoints, gather, gathered, load_state,
-                      save_checkpoint, save_final, set_rng_state, setup_dist, shard, world)
+from parallel import (LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, gather, gathered,
+                      load_state, lock, read_json, resume_point, save_checkpoint, save_final, set_rng_state,
+                      setup_dist, shard, world, writing)
 from logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from loss import policy_loss
 from rollout import collate, prompt_ids, rollout
@@ -91,6 +107,8 @@ TINY = dict(data="data/world/rl.jsonl", eval_data="data/world/eval.jsonl", sft_d
             eval_limit=None, eval_every=0, dtype="float32", grad_ckpt=False, old_logprobs="sample",
             schema_check="full", epochs=EPOCHS)  # sized for ~10 min on 2 CPU cores
 STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's stop reasons
+LOGS = ("metrics", "rollouts", "eval")  # <out>/<name>.jsonl
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # what a scheduler sends before it kills a job; Ctrl-C
 
 
 def num(text):
@@ -477,14 +495,47 @@ def strict(x):
     return x
 
 
+@contextmanager
+def stop_requests():
+    """SIGTERM and SIGINT ask the run to stop: the handler only records the signal (in the list
+    yielded), and the run stops at its next step boundary. A second signal acts as it would
+    have without this (SIGTERM kills, SIGINT raises KeyboardInterrupt)."""
+    got = []
+    if threading.current_thread() is not threading.main_thread():  # Python delivers signals to the main thread only
+        yield got
+        return
+
+    def handler(sig, frame):
+        got.append(sig)
+        signal.signal(sig, old[sig])
+
+    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield got
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def deterministic(device):
+    """On CPU, torch's deterministic algorithms: the same command at the same thread count then
+    gives the same bits, at any thread count. Without them, the backward of the rows' read of
+    their group's shared prompt keys and values (logprobs.py) adds the rows in whatever order
+    the threads get there."""
+    if torch.device(device).type == "cpu":
+        torch.use_deterministic_algorithms(True)
+
+
+def stop_signal(got):
+    """The stop signal that any rank got, else 0; every rank calls this at the same boundary."""
+    return max(gather([got[0] if got else 0]))
+
+
 def main(argv=None):
     a = get_args(argv)
-    if not a.resume and not a.overwrite and os.path.isdir(a.out) and os.listdir(a.out):
-        raise SystemExit(f"--out {a.out} holds an earlier run: pass --resume to continue it or --overwrite to replace it")
     if a.resume and not os.path.exists(os.path.join(a.out, "config.json")):
         raise SystemExit(f"--resume: no run to continue in --out {a.out} (no config.json)")
     rank, _ = setup_dist(a)
-    main_rank = rank == 0
     random.seed(a.seed)
     torch.manual_seed(a.seed)
 
@@ -495,23 +546,81 @@ def main(argv=None):
         convs = load_sft(a.sft_data, a.skip_bad_rows)[:a.sft_limit] if a.sft_data else []
     except DataError as e:
         raise SystemExit(f"error: {e}") from None
+    held = lock(a.out, rank)  # one run per --out, until this process ends
+    was = torch.are_deterministic_algorithms_enabled()  # given back at the end, for a caller in this process
+    try:
+        deterministic(a.device)
+        with stop_requests() as got:
+            run(a, rank, tasks, evals, convs, got)
+    finally:
+        if held:
+            held.close()
+        torch.use_deterministic_algorithms(was)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def run(a, rank, tasks, evals, convs, got):
+    """The run in --out, which this process holds: start, continue or report it finished. `got`
+    collects the stop signals (SIGTERM, SIGINT) that arrive meanwhile."""
+    main_rank = rank == 0
+    final = os.path.join(a.out, "final")
     if a.resume:
         check_resume(a)
+        if os.path.isdir(final):
+            if main_rank:
+                try:
+                    n = read_json(os.path.join(final, "run.json")).get("rl_steps", "?")
+                except Unusable:
+                    n = "?"
+                print(f"run in {a.out} already finished ({n} RL steps, model in {final}); nothing to do")
+            return
+    elif not a.overwrite and [n for n in os.listdir(a.out) if n != LOCK]:
+        raise SystemExit(f"--out {a.out} holds an earlier run: pass --resume to continue it or --overwrite to replace it")
     elif main_rank:
-        if a.overwrite:
-            shutil.rmtree(a.out, ignore_errors=True)
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "config.json"), "w") as f:
-            json.dump(vars(a), f, indent=1)
+        with writing(a.out):
+            for n in sorted(set(os.listdir(a.out)) - {LOCK}) if a.overwrite else []:  # not the lock this process holds
+                p = os.path.join(a.out, n)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p)
+                else:
+                    os.remove(p)
+            with open(os.path.join(a.out, "config.json"), "w") as f:
+                json.dump(vars(a), f, indent=1)
     barrier()
     if main_rank:
         print(json.dumps(vars(a), indent=1))
-    files = {k: open(os.path.join(a.out, f"{k}.jsonl"), "a") for k in ("metrics", "rollouts", "eval")} if main_rank else {}
+    files = {}
+    if main_rank:
+        with writing(a.out):
+            files = {k: open(os.path.join(a.out, f"{k}.jsonl"), "a") for k in LOGS}
 
     def log(row, kind="metrics"):
         if main_rank:
-            files[kind].write(json.dumps(strict(row), allow_nan=False) + "\n")
-            files[kind].flush()
+            with writing(files[kind].name):
+                files[kind].write(json.dumps(strict(row), allow_nan=False) + "\n")
+                files[kind].flush()
+
+    def sizes():
+        """Each log's byte length: stored with a checkpoint, so a resumed run cuts off what came after."""
+        return {k: os.fstat(f.fileno()).st_size for k, f in files.items()} if main_rank else None
+
+    def rewind(marks):
+        """Cut the logs back to `marks` (their lengths at the point the run resumes from): what
+        was logged after it is redone. None (a checkpoint of an older version): appended as is."""
+        for k, f in files.items() if marks else ():
+            if os.fstat(f.fileno()).st_size > marks[k]:
+                with writing(f.name):
+                    f.truncate(marks[k])
+                    f.seek(0, os.SEEK_END)
+
+    def sft_log(row):
+        log(row)
+        sig = stop_signal(got)
+        if sig:
+            if main_rank:
+                print(f"stopped by {signal.Signals(sig).name} during SFT; --resume redoes SFT from its start", flush=True)
+            raise SystemExit(128 + sig)
 
     # model: the SFT result of this run when there is one, else a named one, or the tiny demo
     sft_dir, base_dir = os.path.join(a.out, "sft"), os.path.join(a.out, "base")
@@ -521,10 +630,13 @@ def main(argv=None):
         import tiny
         if not os.path.isdir(base_dir):
             if main_rank:
-                tiny.build(base_dir + ".tmp", tiny.world_texts(tasks, convs), a.seed, *a.tiny_size)
-                os.replace(base_dir + ".tmp", base_dir)
+                with writing(base_dir, base_dir + ".tmp"):
+                    tiny.build(base_dir + ".tmp", tiny.world_texts(tasks, convs), a.seed, *a.tiny_size)
+                    os.replace(base_dir + ".tmp", base_dir)
             barrier()
         name = base_dir
+    if a.resume and os.path.isdir(name):
+        check_folder(name)
     model, tok = load_policy(name, "float32", a.device, a.grad_ckpt)  # float32 master weights, see autocast()
     n_tokens = lambda t: len(prompt_ids(tok, t))  # noqa: E731
     (tasks, n_rl), (evals, n_ev) = drop_long(tasks, n_tokens, a.max_prompt_tokens), drop_long(evals, n_tokens, a.max_prompt_tokens)
@@ -542,9 +654,11 @@ def main(argv=None):
     t_start = time.time()
     model = shard(model, a.dtype)
     if convs and not done_sft:
+        if a.resume:
+            rewind(dict.fromkeys(LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
         with autocast(a):
-            warm_start(model, tok, convs, a, log)
-        save_final(model, tok, sft_dir, rank)
+            warm_start(model, tok, convs, a, sft_log)
+        save_final(model, tok, sft_dir, rank, info={"logs": sizes()})
     ref = None
     if a.kl_beta:  # the frozen SFT policy, kept in the compute dtype
         ref = shard(load_policy(sft_dir if os.path.isdir(sft_dir) else name, a.dtype, a.device)[0], a.dtype).eval()
@@ -563,27 +677,43 @@ def main(argv=None):
             print(format_table({label: summary["all"]}))
         return summary["all"]
 
-    # RL state: fresh, or the latest complete checkpoint
+    # RL state: fresh, or the newest checkpoint that reads back; the logs are cut back to that point
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     order = data_order(len(tasks), a.epochs, a.seed)
     random.seed(a.seed + 1)  # RL starts from the same RNG state whether SFT ran now or in an earlier process
     torch.manual_seed(a.seed + 1)
-    start, found = 0, checkpoints(a.out) if a.resume else []
+    start, found = 0, resume_point(a.out, model, a, rank) if a.resume else None
     if found:
-        state = torch.load(os.path.join(found[-1], "state.pt"), weights_only=False)
-        if state["world"] != world():
-            raise SystemExit(f"--resume: {found[-1]} was written by {state['world']} processes, this run has {world()}")
+        folder, state, rng = found
         load_state(model, opt, state["model"], state["optimizer"])
-        set_rng_state(torch.load(os.path.join(found[-1], f"rng-{rank}.pt"), weights_only=False))
+        set_rng_state(rng)
         start, order = state["step"], state["order"]
+        rewind(state.get("logs"))
         if main_rank:
-            print(f"resumed from {found[-1]}: RL step {start}")
-    table = {"before RL": run_eval("before RL", 0) if start == 0 else None}
+            print(f"resumed from {folder}: RL step {start}")
+    elif a.resume:  # from the SFT result (its run.json holds the logs' lengths then), or from nothing
+        info = os.path.join(sft_dir, "run.json")
+        rewind(read_json(info).get("logs") if os.path.isfile(info) else None if os.path.isdir(sft_dir)
+               else dict.fromkeys(LOGS, 0))
+    table = {"before RL": None if found else run_eval("before RL", 0)}
 
     steps = len(order) // a.prompts_per_step if a.steps is None else a.steps
     mine = rank_prompts(a.prompts_per_step, a.mini_batch, rank, world())
-    bad = 0
+    bad, saved = 0, start if found else None  # the step of the newest checkpoint this process knows is on disk
+
+    def halt(step):
+        """At a step boundary: when a stop signal came, checkpoint here (unless just done) and exit."""
+        sig = stop_signal(got)
+        if sig:
+            if saved != step:
+                save_checkpoint(model, opt, a, step, order, rank, sizes())
+            if main_rank:
+                print(f"stopped by {signal.Signals(sig).name} at RL step {step} of {steps} (a checkpoint is in "
+                      f"{os.path.join(a.out, 'ckpt', f'step-{step}')}); continue with --resume", flush=True)
+            raise SystemExit(128 + sig)
+
     for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
+        halt(step)
         pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
         with autocast(a):
             m, rs, scores, (at, asum), bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
@@ -605,20 +735,19 @@ def main(argv=None):
         if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
             run_eval(f"step {step + 1}", step + 1)
         if a.save_every and (step + 1) % a.save_every == 0 and step + 1 < steps:
-            save_checkpoint(model, opt, a, step + 1, order, rank)
+            save_checkpoint(model, opt, a, step + 1, order, rank, sizes())
+            saved = step + 1
+    halt(steps)
 
-    if steps > start:
+    if steps:  # also when a stop came after the last step: the resumed run has no step left but this
         table["after RL"] = run_eval("after RL", steps)
-    final = os.path.join(a.out, "final")
-    save_final(model, tok, final, rank)
+    save_final(model, tok, final, rank, info={"rl_steps": steps, "logs": sizes()})
     if main_rank:
         if all(table.values()):
             print(format_table(table))
         print(f"done in {time.time() - t_start:.0f}s; checkpoint in {final}")
     for f in files.values():
         f.close()
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
