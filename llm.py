@@ -76,6 +76,8 @@ log = logging.getLogger(__name__)
 
 TIMEOUT = 540.0        # s, one try end to end: the release's total timeout (toucan_tool_config.yaml, LLM_JUDGE_TIMEOUT)
 DEADLINE = 1200.0      # s, one complete() call, every request and try: ours; the release has none (3-4 tries of 540 s)
+STEP_DEADLINE = 10_800.0  # s, every request of one RL step (`window`): ours; bench/plan.py puts a paper-recipe step
+                          # on one GPU at about 70 minutes, so this cuts only an endpoint that stopped answering
 RETRIES = {"sim": 2, "judge": 3}  # the release's max_retries per role; other roles get 2
 BACKOFF = 1.0          # s, retry k waits BACKOFF·2^(k-1)·U(0.5, 1.5); the release: 1 s (sim), 2 s (judge), linear
 MAX_BODY = MAX_JSON_CHARS  # bytes of one response body (segment.py's bound on untrusted JSON)
@@ -208,10 +210,11 @@ class HTTPClient:
         self._end = None  # set by `window`: the end every complete() call shares
 
     @contextmanager
-    def window(self):
-        """Every complete() call made inside returns within `deadline` seconds of the window's
-        start, however many calls (a training step's turns, or its ratings on many threads)."""
-        self._end = time.monotonic() + self.deadline
+    def window(self, seconds):
+        """Every complete() call made inside returns within `seconds` of the window's start (and
+        each within its own `deadline`), however many calls: a training step's turns, or its
+        ratings on many threads."""
+        self._end = time.monotonic() + seconds
         try:
             yield self
         finally:
@@ -220,7 +223,8 @@ class HTTPClient:
     def complete(self, batch, temperature, max_tokens):
         if not batch:
             return []
-        end = self._end or time.monotonic() + self.deadline  # one deadline for the lookup and the whole batch
+        end = time.monotonic() + self.deadline  # one deadline for the lookup and the whole batch
+        end = min(end, self._end or end)
         with self._lock:  # a call waiting here started later than the one looking up: its own end is later
             if self._discover:
                 model = self._request("/models", None, lambda b: b["data"][0]["id"], end)
@@ -311,13 +315,14 @@ def _content(body):
 
 
 @contextmanager
-def window(*clients):
-    """One deadline for every request made inside, per HTTP client (`HTTPClient.window`); other
+def window(seconds, *clients):
+    """Every request the HTTP clients among `clients` make inside returns within `seconds` of its
+    start (`HTTPClient.window`; 0 = no shared bound, each call has its own deadline); other
     clients (in-process, replay, None) need none."""
     with ExitStack() as stack:
         for c in clients:
-            if isinstance(c, HTTPClient):
-                stack.enter_context(c.window())
+            if seconds and isinstance(c, HTTPClient):
+                stack.enter_context(c.window(seconds))
         yield
 
 

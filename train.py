@@ -217,6 +217,9 @@ def get_args(argv=None):
     g.add_argument("--max-fail-rate", type=num, default=0.5,
                    help="stop when more than this share of a step's rollouts lost a tool or judge answer to an "
                         "endpoint failure (such rollouts are dropped from the loss)")
+    g.add_argument("--step-deadline", type=num, default=llm.STEP_DEADLINE,
+                   help="seconds within which every simulator and judge request of one RL step returns (an endpoint "
+                        "that stops answering then costs one step, not one deadline per request); 0 = no shared bound")
     llm.add_client_flags(g, "sim")
     llm.add_client_flags(g, "judge")
     g.add_argument("--judge-noise", type=num, default=0.0, metavar="P",
@@ -226,7 +229,7 @@ def get_args(argv=None):
     g.add_argument("--out", default=None, help="run folder; default runs/<algo>-s<seed>")
     g.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     g.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run in --out")
-    g.add_argument("--save-every", type=int, default=0, help="checkpoint every N RL steps; 0 = at the end only")
+    g.add_argument("--save-every", type=int, default=0, help="checkpoint every N RL steps; 0 = only when stopped by SIGTERM/SIGINT (final/ is always written)")
     g.add_argument("--keep", type=int, default=2, help="checkpoints kept")
     g.add_argument("--max-bad-updates", type=int, default=3, help="non-finite updates in a row before stopping")
     g.add_argument("--seed", type=int, default=0)
@@ -268,6 +271,8 @@ def check_args(p, a):
                  "max_prompt_tokens", "keep", "max_bad_updates", "ppo_epochs", "epochs"):
         if getattr(a, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")
+    if a.step_deadline < 0:
+        p.error("--step-deadline must be >= 0")
     for flag in ("max_tool_rounds", "save_every", "sft_limit", "steps", "eval_limit"):
         if getattr(a, flag) is not None and getattr(a, flag) < 0:
             p.error(f"--{flag.replace('_', '-')} must be >= 0")
@@ -715,7 +720,7 @@ def run(a, rank, tasks, evals, convs, got):
     for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
         halt(step)
         pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
-        with autocast(a):
+        with autocast(a), llm.window(a.step_deadline, sim_client, judge_client):  # a dead endpoint stalls one step at most
             m, rs, scores, (at, asum), bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
                                                      pos, sim, rl_judge, a, step, bad)
         m["elapsed"] = time.time() - t_start

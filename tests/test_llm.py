@@ -194,7 +194,7 @@ def test_http_window_bounds_every_call_inside_it(serve):
     # a step's many complete() calls (turns; ratings on threads) share one deadline
     s = serve(lambda path, body, n: (200, chat("late"), 3))
     c = client(s, timeout=2.0, deadline=0.5, workers=20)
-    with llm.window(c, None, Simulator()):
+    with llm.window(0.5, c, None, Simulator()):
         assert c.complete([USER] * 5, 0, 5) == [None] * 5
         sent = len(s.posts())
         assert c.complete([USER] * 5, 0, 5) == [None] * 5

@@ -244,6 +244,24 @@ def test_endpoint_failures_are_dropped_counted_and_stop_the_run_past_the_limit(w
         train.main(argv + ["--out", str(tmp / "b"), "--judge-url", "http://127.0.0.1:9/v1"])
 
 
+def test_each_rl_step_runs_in_one_endpoint_window(world, monkeypatch):
+    """--step-deadline reaches llm.window around every RL step (and only there), with the run's
+    simulator and judge clients; 0 opens none."""
+    tmp, rl, _ = world
+    seen, real = [], train.llm.window
+
+    def window(seconds, *clients):
+        seen.append((seconds, clients))
+        return real(seconds, *clients)
+    monkeypatch.setattr(train.llm, "window", window)
+    argv = ["--data", rl, "--sft-data", "", "--eval-data", "", "--steps", "2", "--group-size", "2",
+            "--prompts-per-step", "2", "--mini-batch", "2", "--max-tokens", "16", "--max-turns", "1"]
+    train.main(argv + ["--out", str(tmp / "w"), "--step-deadline", "7"])
+    assert seen == [(7.0, (None, None))] * 2  # replay simulator and facts judge: no HTTP client to bound
+    with pytest.raises(SystemExit):
+        train.get_args(argv + ["--step-deadline", "-1"])
+
+
 def test_old_logprobs_from_sampling_equal_the_recomputed_ones(world):
     tmp, rl, _ = world
     finals = {}
