@@ -570,6 +570,8 @@ def run(a, rank, tasks, evals, convs, got):
     collects the stop signals (SIGTERM, SIGINT) that arrive meanwhile."""
     main_rank = rank == 0
     final = os.path.join(a.out, "final")
+    # rank 0's view, before it writes anything: another rank listing later would see its config.json
+    earlier = gather([main_rank and any(n != LOCK for n in os.listdir(a.out))])[0]
     if a.resume:
         check_resume(a)
         if os.path.isdir(final):
@@ -580,7 +582,7 @@ def run(a, rank, tasks, evals, convs, got):
                     n = "?"
                 print(f"run in {a.out} already finished ({n} RL steps, model in {final}); nothing to do")
             return
-    elif not a.overwrite and [n for n in os.listdir(a.out) if n != LOCK]:
+    elif not a.overwrite and earlier:
         raise SystemExit(f"--out {a.out} holds an earlier run: pass --resume to continue it or --overwrite to replace it")
     elif main_rank:
         with writing(a.out):
