@@ -31,8 +31,8 @@ def ppo_update(model, opt, batch, old, ref, A, a, bad):
     return stats, bad
 
 
-def save_checkpoint(model, opt, a, step, order, rank):
-    real_save(model, opt, a, step, order, rank)
+def save_checkpoint(model, opt, a, step, order, rank, *rest):
+    real_save(model, opt, a, step, order, rank, *rest)
     if kill_after and step == int(kill_after) and rank == 0:
         os.kill(os.getppid(), signal.SIGKILL)
 
