@@ -53,10 +53,9 @@ SIGTERM or SIGINT lets the current RL step finish, writes a checkpoint at the bo
 exits with 128 + the signal's number (143, 130); during SFT it abandons SFT, which --resume
 redoes; a second signal acts at once. A damaged checkpoint is skipped for the one before it,
 saying which and why; a failed write (read-only folder, full disk) is one line naming the
-path. On CPU torch's deterministic algorithms are on, so a run is bit-reproducible at every
-thread count (the same command at the same thread count gives the same weights; another
-thread count changes the floating point sums) and a resumed run ends with the bits of an
-uninterrupted one (tests/test_resume.py, at two threads).
+path. At one thread a run is bit-reproducible and a resumed run ends with the bits of an
+uninterrupted one (tests/test_resume.py); on CPU torch's deterministic algorithms are on, which
+also made two-thread runs repeat on an idle machine, not under load (README "Reproducibility").
 Log-probs (logprobs.py) are computed on response tokens only, in chunks, and the G rollouts
 of a prompt compute it once in every log-prob pass.
 """
@@ -523,10 +522,9 @@ def stop_requests():
 
 
 def deterministic(device):
-    """On CPU, torch's deterministic algorithms: the same command at the same thread count then
-    gives the same bits, at any thread count. Without them, the backward of the rows' read of
+    """On CPU, torch's deterministic algorithms. Without them, the backward of the rows' read of
     their group's shared prompt keys and values (logprobs.py) adds the rows in whatever order
-    the threads get there."""
+    the threads get there, and two-thread runs differ even on an idle machine."""
     if torch.device(device).type == "cpu":
         torch.use_deterministic_algorithms(True)
 
