@@ -511,11 +511,8 @@ def _chat(row):
     key = "tools" if row.get("tools") is not None else "available_tools"
     tools = _tools(row.get(key) or [], key)
     if tools and not any(m["role"] == "system" and "<tools>" in m["content"] for m in chat):
-        from tiny import tools_prompt  # here, not at the top: tiny imports transformers (seconds)
-        if chat and chat[0]["role"] == "system":
-            chat[0] = {"role": "system", "content": chat[0]["content"] + "\n\n" + tools_prompt(tools)}
-        else:
-            chat.insert(0, {"role": "system", "content": tools_prompt(tools)})
+        from tiny import with_tools  # here, not at the top: tiny imports transformers (seconds)
+        chat = with_tools(chat, tools)
     return _joined(chat)
 
 

@@ -26,7 +26,7 @@ The reply is plain text again; segment.py's parser reads its `<tool_call>` block
 """
 import json
 
-from tiny import tools_prompt
+from tiny import with_tools
 
 FRAMINGS = ("toucan", "qwen")
 DEFAULT_HEAD = "You are a helpful assistant."  # the release's BFCL template starts with it
@@ -70,9 +70,7 @@ def as_text(messages, tools, framing="qwen", keep_system=True):
         out.append({"role": "system", "content": toucan_system(tools, head)})
         messages = [m for m in messages if m["role"] != "system"]
     elif tools:
-        system = messages[0]["content"] + "\n\n" if messages and messages[0]["role"] == "system" else ""
-        out.append({"role": "system", "content": system + tools_prompt(tools)})
-        messages = messages[1:] if system else messages
+        messages = with_tools(messages, tools)
     for m in messages:
         content = m.get("content") or ""
         if m["role"] == "tool":
