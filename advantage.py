@@ -1,4 +1,4 @@
-"""Group-relative advantages: plain GRPO, segment-locked SLCA, and the ToolPO baseline (SPEC §3).
+"""Group-relative advantages: plain GRPO, segment-locked SLCA, and the ToolPO baseline (docs/method.md §3).
 
 GRPO (the matched baseline, "w/o SLCA") normalises one score per rollout within its group
 of G rollouts and gives it to every response token:
@@ -15,7 +15,7 @@ std is unbiased (N - 1), ε = 1e-6; a rollout outside P_seg, or in a group where
 gets 0. λ is applied after normalisation. `norm_by_std=False` subtracts the mean only
 (Dr. GRPO style). So tool-token advantages never depend on any R^sum, and vice versa.
 
-ToolPO (SPEC §3.3, the release's `toolpo_grpo` estimator, an additive baseline):
+ToolPO (docs/method.md §3.3, the release's `toolpo_grpo` estimator, an additive baseline):
 
     A_{i,t} = A_i^succ + λ_action·A_i^action·M_{i,t},
     A^succ = R^succ - mean_g R^succ,   A^action = R^action - mean_{P_tool} R^action  (Eq. 13)
@@ -24,12 +24,12 @@ A^succ goes to every response token, A^action also to the tool tokens M. M is th
 "process" mask: every run of the response mask but the last, i.e. the same `tool_mask` SLCA
 uses (whole tool-call turns, not only the <tool_call> tags). A^action uses the presence
 filter and the fewer-than-two rule of Eq. 7; A^succ keeps verl's rule for a group with one
-present member (mean 0, std 1: A^succ = R^succ, or R^succ/(1 + ε) with std). Flag: SPEC,
+present member (mean 0, std 1: A^succ = R^succ, or R^succ/(1 + ε) with std). Flag: the paper,
 the ToolPO paper and the release's README centre without std (our default), but the
 release's launchers leave verl's `norm_adv_by_std_in_grpo=True`, so its ToolPO runs
 divided both terms by (std + ε); `norm_by_std=True` reproduces that.
 
-Numerics (SPEC §3.2). Group statistics are computed in float64 and a group whose present
+Numerics (docs/method.md §3.2). Group statistics are computed in float64 and a group whose present
 rewards are all equal gets exactly 0: in float32 the mean of sixteen 0.9s is off by one ulp
 and (x - mean)/(std + ε) gives ±0.106 (the release has this too), and float64 alone still
 leaves ~1e-10. Results come back in the input's dtype.
@@ -60,7 +60,7 @@ tests/test_advantage.py holds the plain-loop reference.
 """
 import torch
 
-EPS = 1e-6  # SPEC §3: ε of the released code
+EPS = 1e-6  # docs/method.md §3: ε of the released code
 
 
 def group_normalize(x, present, group_ids, eps=EPS, norm_by_std=True):

@@ -1,4 +1,4 @@
-"""Every data layout of SPEC §8 loaded into one `Task` (RL / eval) or one chat (SFT).
+"""Every data layout of docs/method.md §8 loaded into one `Task` (RL / eval) or one chat (SFT).
 
 Files: `.parquet` (needs pyarrow, imported only then; read batch by batch), `.jsonl`, and
 `.json` (one JSON array of rows, or JSON lines). Text is read as UTF-8 with or without a BOM
@@ -31,7 +31,7 @@ row's tools go into the system message as `tiny.tools_prompt` writes them (after
 text, if any).
 
 Simplifications, on purpose (flags):
-- Gold calls go through `rewards.normalize_gold` (SPEC §2.1), so every form (JSON string,
+- Gold calls go through `rewards.normalize_gold` (docs/method.md §2.1), so every form (JSON string,
   nested, flat, bare names) ends up as nested steps of {"name", "arguments": dict}.
 - A Toucan row becomes one task: the prompt is every message before the first assistant /
   tool_call message, gold is the tool calls made before the next user message (later turns
@@ -60,7 +60,7 @@ Errors. Every problem is a `DataError` (a ValueError) whose text is one line:
 JSON goes through `segment.loads` (bounded length and depth); a row is at most
 MAX_ROW_CHARS characters, a tool_call message at most segment.MAX_JSON_CHARS.
 
-Fetching (SPEC §8). `release_files()` gives the local paths of the release's RL, eval and
+Fetching (docs/method.md §8). `release_files()` gives the local paths of the release's RL, eval and
 SFT (42k split, the main table's) parquet files from the Hugging Face dataset
 YanZhanPKU/SLCA-GRPO-Datasets: from the local cache when they are there (no network),
 else downloaded with huggingface_hub.
@@ -90,11 +90,11 @@ SFT_ROLES = {"system": "system", "human": "user", "gpt": "assistant"}  # ShareGP
 # bound on one row's JSON text and on any JSON string in it: linear time, a few hundred MB at
 # worst, and far above any released row (the preview rows are under 20 KB)
 MAX_ROW_CHARS = 32_000_000
-MAX_PROMPT_TOKENS = 24_576  # the release's data.max_prompt_length: longer prompts are dropped (SPEC §6)
+MAX_PROMPT_TOKENS = 24_576  # the release's max_prompt_length: longer prompts are dropped (docs/method.md §6)
 JSON_SPACE = " \t\r\n"  # JSON's whitespace: a line of only these is blank (str.strip() would also eat U+2028, \x1c, ...)
 BAD_UTF8 = re.compile("[\udc80-\udcff]")  # what decoding with errors="surrogateescape" leaves for a bad byte
 
-# the release's splits on the Hugging Face hub (SPEC §8)
+# the release's splits on the Hugging Face hub (docs/method.md §8)
 RELEASE = "YanZhanPKU/SLCA-GRPO-Datasets"
 RELEASE_FILES = {"rl": "toucan_toolcall_rl.parquet", "eval": "toucan_eval_4k_unified.parquet",
                  "sft": "toucan_toolcall_sft_split_42k.parquet"}
@@ -109,7 +109,7 @@ class Task:
     gold: list[list[dict]]    # normalised nested steps; each call {"name": str, "arguments": dict}
     question: str
     subset: str = "tool_call"         # "tool_call" | "irrelevant"
-    parallel_type: str = ""           # one of the six of SPEC §8, "" if unknown
+    parallel_type: str = ""           # one of the six of docs/method.md §8, "" if unknown
     responses: list[dict] = field(default_factory=list)  # recorded tool responses: {"name", "arguments": dict, "response": str}
     facts: list[str] = field(default_factory=list)       # reference facts a correct summary must state
     bonus: str = ""           # the diagnostic world's marked extra call (a tool the gold does not ask for), "" if none
@@ -134,7 +134,7 @@ class BadField(Exception):
 
 
 def parallel_type_of(gold):
-    """The SPEC §8 parallel type that nested gold steps have."""
+    """The docs/method.md §8 parallel type that nested gold steps have."""
     sizes = [len(step) for step in gold]
     if not sizes:
         return "irrelevant"
@@ -349,7 +349,7 @@ def _tools(value, name):
 
 
 def _gold(value, name):
-    """Gold calls in any SPEC §2.1 form; a string that is not JSON or a non-list is an error."""
+    """Gold calls in any docs/method.md §2.1 form; a string that is not JSON or a non-list is an error."""
     if value is None or value == "":
         return []
     return normalize_gold(_json(value, name, (list, dict)))

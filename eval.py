@@ -1,4 +1,4 @@
-"""Evaluation: in-domain Toucan metrics, BFCL V3, τ²-Bench, plots and run aggregation (SPEC §9).
+"""Evaluation: in-domain Toucan metrics, BFCL V3, τ²-Bench, plots and run aggregation (docs/method.md §9).
 
     python eval.py toucan --model M --out out/toucan.jsonl            # greedy rollouts, HierR metrics
     python eval.py bfcl   --model M --out out/bfcl.jsonl              # bench/bfcl.py
@@ -26,7 +26,7 @@ parallel_type:
                      does not ask for) and `summary` (mean S_sum)
 
 Under the code's definition an irrelevant prompt can never succeed (S_sum = 0 without a tool
-response, SPEC §2.2); the paper's definition gives it 0.90 when no call is made.
+response, docs/method.md §2.2); the paper's definition gives it 0.90 when no call is made.
 
 bfcl, tau2 (the optional extra, bench/; imported only by these subcommands): the model under
 test is `--model` (or --agent-model), loaded in-process and decoded by bench/models.py,
@@ -70,7 +70,7 @@ from llm import load_policy
 from rollout import rollout
 
 THRESHOLDS = (0.7, 0.8, 0.9, 1.0)  # the release's success@ / tool_success@ levels (rl/slca_grpo/reward_fn.py)
-SUCCESS = 0.9                      # SPEC §9: the headline Success@0.9
+SUCCESS = 0.9                      # docs/method.md §9: the headline Success@0.9
 MIB = 1 << 20                      # bytes read from each end of a file for its digest
 INSTALL = ("pip install -r requirements-bench.txt && pip install --no-deps -r requirements-bench-nodeps.txt")
 
@@ -353,7 +353,8 @@ def role_generate(a, role, max_tokens, temperature, framing, keep_system, loaded
 
 def get_args(argv=None):
     fmt = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}
-    p = argparse.ArgumentParser(description="Evaluate a policy (SPEC §9), plot or aggregate runs", **fmt)
+    p = argparse.ArgumentParser(description="Evaluate a policy (docs/method.md §9), plot or aggregate runs",
+                                **fmt)
     sub = p.add_subparsers(dest="bench", required=True)
 
     def bench(name, what, batch_size, batch_help, max_tokens, tokens_help):
@@ -367,11 +368,12 @@ def get_args(argv=None):
         return s
 
     t = bench("toucan", "greedy rollouts on an eval split, HierR metrics", 64, "tasks per generate call",
-              8192, "response tokens per trajectory (SPEC §6)")
+              8192, "response tokens per trajectory (docs/method.md §6)")
     t.add_argument("--model", required=True, help="hub name or local folder")
     t.add_argument("--data", default="data/world/eval.jsonl")
     t.add_argument("--limit", type=int, default=None, help="first N tasks only")
-    t.add_argument("--max-turns", type=int, default=10, help="assistant turns per trajectory (SPEC §6)")
+    t.add_argument("--max-turns", type=int, default=10,
+                   help="assistant turns per trajectory (docs/method.md §6)")
     t.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
                    help="default: llm when a sim client is set, else replay")
     llm.add_client_flags(t, "sim")

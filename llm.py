@@ -1,4 +1,4 @@
-"""The frozen LLMs of SLCA-GRPO: chat clients, and the judge role (SPEC §2.2, §5, §7).
+"""The frozen LLMs of SLCA-GRPO: chat clients, and the judge role (docs/method.md §2.2, §5, §7).
 
 Two roles need a frozen LLM: the SGLS tool simulator (simulator.py, the paper's
 Qwen3-235B-A22B) and the summary judge (the paper's GPT-OSS-120B), both served by vLLM. A
@@ -41,7 +41,7 @@ apart: the simulator marks such a call `failed`, the judge raises ConnectionErro
   facts) -> int | None`) on any client, greedy, 8,192 tokens (the release's; GPT-OSS spends
   reasoning tokens inside them), answer form `Rating: [[<level>]]`. The question, every tool
   response and the policy's answer sit in tagged blocks (`fence`). An answer without a
-  rating is asked again (`retries`) and then gives None (scores 0, SPEC §2.2); no answer at
+  rating is asked again (`retries`) and then gives None (scores 0, docs/method.md §2.2); no answer at
   all raises the builtin ConnectionError (rewards.score drops the rollout). A rating takes
   at most about `deadline` + one `complete` call (an HTTPClient: its own `deadline`).
 
@@ -191,7 +191,7 @@ class HTTPClient:
     discovered once, on the first batch, with GET /v1/models (first id); if that fails,
     requests go without a model field (vLLM then serves its only model). The key defaults to
     $OPENAI_API_KEY, then "EMPTY" (vLLM ignores it). `workers` = 20: the release runs up to
-    20 calls of a turn at once (SPEC §5).
+    20 calls of a turn at once (docs/method.md §5).
     """
 
     def __init__(self, base_url, model=None, api_key=None, timeout=TIMEOUT, deadline=DEADLINE, retries=2,
@@ -362,7 +362,7 @@ def client_from_args(args, role):
     return HFClient(model, max_tokens=getattr(args, f"{role}_max_tokens", None)) if model else None
 
 
-LEVELS = {"very poor": 1, "poor": 2, "acceptable": 3, "good": 4, "excellent": 5}  # SPEC §2.2, r = 1..5
+LEVELS = {"very poor": 1, "poor": 2, "acceptable": 3, "good": 4, "excellent": 5}  # README Eq. 3, r = 1..5
 RATING_RE = re.compile(r"\[\[([^\[\]]+)\]\]")  # [[x]], x without brackets (last_bracketed folds case, spaces)
 # Linear in the reply: one quantifier, over a class without its delimiters, so a try at a `[[`
 # reads to the next bracket and backs off at most as far, and tries at different `[[` read
@@ -438,7 +438,7 @@ The assistant's final answer:
 
 The request is solved when the answer, read with the tool results, gives the user everything
 they asked for, correctly. You may reason briefly first. Then end with one line of exactly
-this form: Verdict: [[Solved]] or Verdict: [[Unsolved]]"""  # ToolPO's binary success (SPEC §3.3)
+this form: Verdict: [[Solved]] or Verdict: [[Unsolved]]"""  # ToolPO's binary success (docs/method.md §3.3)
 VERDICTS = {"solved": True, "unsolved": False}
 
 
@@ -448,8 +448,8 @@ def parse_verdict(text):
 
 
 class LLMJudge:
-    """The summary judge of SPEC §2.2 on any client; greedy; see the module doc. `solved` is
-    ToolPO's Solved/Unsolved verdict (SPEC §3.3) on the same client."""
+    """The summary judge of docs/method.md §2.2 on any client; greedy; see the module doc. `solved` is
+    ToolPO's Solved/Unsolved verdict (docs/method.md §3.3) on the same client."""
 
     def __init__(self, client, retries=2, max_tokens=JUDGE_MAX_TOKENS, deadline=DEADLINE):
         self.client, self.retries, self.max_tokens, self.deadline = client, retries, max_tokens, deadline

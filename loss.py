@@ -1,4 +1,4 @@
-"""The PPO-clip policy loss with dual clip and a k3 KL to the reference (SPEC §4, Eqs. 9-12).
+"""PPO-clip policy loss with dual clip and a k3 KL to the reference (README Eqs. 9-12, docs/method.md §4).
 
     r_{i,t}   = exp(clamp(logπ_θ - logπ_old, -20, 20))                               (Eq. 9)
     L^clip    = max(-A·r, -A·clip(r, 1-ε, 1+ε)),   ε = 0.2                            (Eq. 10)
@@ -25,9 +25,9 @@ inside each micro-batch and scales it by 1/(gradient-accumulation steps), and FS
 over ranks, so what it optimised is "seq-mean-token-mean" over the 512 rollouts of a
 mini-batch (32 prompts × 16), the KL term included: the standard GRPO objective. Every
 verl response holds at least one generated token, so empty rows never arise there (a
-one-row micro-batch with an empty mask would give 0/0 in verl). "token-mean" is SPEC §4's
-statement; the two give gradients up to 62% apart. train.py defaults to the release's
-(`--loss-agg seq-mean-token-mean`); the function's own default stays "token-mean".
+one-row micro-batch with an empty mask would give 0/0 in verl). "token-mean" is the paper's
+statement (docs/method.md §4); the two give gradients up to 62% apart. train.py defaults to
+the release's (`--loss-agg seq-mean-token-mean`); the function's own default stays "token-mean".
 
 Masked positions are removed with torch.where on the inputs and on the result, never by
 multiplying with the mask: a NaN or inf at a masked position (padding, an observation) of
@@ -42,9 +42,9 @@ Mirrors verl's compute_policy_loss_vanilla, agg_loss and kl_penalty("low_var_kl"
 """
 import torch
 
-CLIP_EPS = 0.2     # SPEC §4 / paper: PPO clip range
-CLIP_C = 3.0       # SPEC §4: dual-clip constant
-KL_BETA = 0.001    # SPEC §4: weight of the k3 KL to the SFT reference
+CLIP_EPS = 0.2     # docs/method.md §4 / paper: PPO clip range
+CLIP_C = 3.0       # docs/method.md §4: dual-clip constant
+KL_BETA = 0.001    # docs/method.md §4: weight of the k3 KL to the SFT reference
 AGGS = ("token-mean", "seq-mean-token-mean")  # Eq. 12 aggregations (names as verl's loss_agg_mode)
 
 

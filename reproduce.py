@@ -50,7 +50,7 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-ALGOS = {  # name -> train.py flags (SPEC §7 ablations)
+ALGOS = {  # name -> train.py flags (docs/method.md §7 ablations)
     "slca": ["--algo", "slca", "--grad-cosine"],    # --grad-cosine: the paper's diagnostic, logged per step
     "grpo": ["--algo", "grpo", "--grad-cosine"],    # w/o SLCA
     "toolpo": ["--algo", "toolpo"],                 # the release's additive baseline

@@ -1,4 +1,4 @@
-"""HierR: the hierarchical rewards of SLCA-GRPO (SPEC §2, Eqs. 2-5 in the README), and ToolPO's.
+"""HierR: the hierarchical rewards of SLCA-GRPO (README Eqs. 2-5, docs/method.md §2), and ToolPO's.
 
 Each trajectory gets two scores, one per segment (see segment.py):
 
@@ -11,7 +11,7 @@ The five parts are the released reward's (rl/slca_grpo/reward_fn.py) on every in
 not crash on; tests/test_release_parity.py checks that against tests/release_reward.py, a
 plain statement of the released rules. The process score compares every valid call of the
 whole trajectory, pooled over turns, with the gold calls (no temporal alignment). The
-release's rules, where SPEC §2 is silent or says otherwise:
+release's rules, in more detail than docs/method.md §2 gives them:
 
 - think blocks: segment.strip_think, the release's `<think(?:ing)?>.*?</think(?:ing)?>`
   (`<think>` may close with `</thinking>` and back). A block needs its closing tag: an
@@ -52,7 +52,7 @@ MAX_JUDGE_CHARS of each text. A rating that is not 1..5 scores 0; a ConnectionEr
 (transport failure after retries) scores 0 and sets `judge_failed` so the trainer can drop
 the rollout. `FactsJudge` here is the offline judge, the LLM judge lives in llm.py.
 
-ToolPO (SPEC §3.3, baselines/toolpo/reward_fn_toolpo.py) needs two more rewards, in every
+ToolPO (docs/method.md §3.3, baselines/toolpo/reward_fn_toolpo.py) needs two more rewards, in every
 score dict: r_action = gold calls strictly matched / |gold calls| (greedy one-to-one in gold
 order: same name, every gold key present, every value loose_equal; 1 with no gold) and
 r_succ in {0, 1}. With `succ_judge=True` and a judge that has
@@ -75,11 +75,11 @@ from collections import Counter
 
 from segment import CLOSE, OPEN, drop_blocks, find_blocks, loads, parse_block, strip_think
 
-WEIGHTS = {"format": 0.10, "name": 0.25, "key": 0.15, "value": 0.20, "parallel": 0.30}  # SPEC §2.1
-OMISSION_SCORE = -0.5      # SPEC §2.3: gold has calls, the response makes none
-MIN_SUMMARY_CHARS = 10     # SPEC §2.2: shorter final responses score 0
-MAX_JUDGE_CHARS = 32_768   # per text handed to a judge: 8,192 response tokens (SPEC §6) at ~4 characters a token
-BOOLS = {"true": True, "false": False, "1": True, "0": False}  # SPEC §2.1 loose_equal
+WEIGHTS = {"format": 0.10, "name": 0.25, "key": 0.15, "value": 0.20, "parallel": 0.30}  # docs/method.md §2.1
+OMISSION_SCORE = -0.5      # docs/method.md §2.3: gold has calls, the response makes none
+MIN_SUMMARY_CHARS = 10     # docs/method.md §2.2: shorter final responses score 0
+MAX_JUDGE_CHARS = 32_768   # per judged text: 8,192 response tokens (docs/method.md §6) at ~4 characters each
+BOOLS = {"true": True, "false": False, "1": True, "0": False}  # docs/method.md §2.1 loose_equal
 GATES = ("real", "release")  # what opens S_sum: real tool responses only, or any <tool_response> block (the release's)
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 
@@ -122,7 +122,7 @@ def _gold_call(c):
 
 
 def loose_equal(x, y):
-    """Argument-value equality of SPEC §2.1, tried in order. Never raises: a value that cannot
+    """Argument-value equality of docs/method.md §2.1, tried in order. Never raises: a value that cannot
     be compared (a huge int, a list nested too deep to print) is not equal."""
     try:
         return _loose_equal(x, y)
@@ -299,7 +299,7 @@ def release_final(text):
 
 
 def summary_score(final_response, question, tool_responses, judge, facts=None):
-    """S_sum (Eq. 3) with the gating rules of SPEC §2.2. An unusable rating scores 0; a
+    """S_sum (Eq. 3) with the gating rules of docs/method.md §2.2. An unusable rating scores 0; a
     ConnectionError from the judge propagates (score() catches it)."""
     final_response = strip_think(final_response).strip()
     if not tool_responses or len(final_response) < MIN_SUMMARY_CHARS:

@@ -1,4 +1,4 @@
-"""Batched multi-turn rollouts with a KV-cached sampling loop of our own (SPEC §6).
+"""Batched multi-turn rollouts with a KV-cached sampling loop of our own (docs/method.md §6).
 
 Each task's prompt goes through the tokenizer's chat template once (tools are added only when
 the system message does not already hold a <tools> block; a template that ignores `tools`
@@ -27,7 +27,7 @@ release recomputes them with a forward pass; train.py keeps that behind a flag, 
 batched decoding differs slightly from it). Models with sliding-window layers are not supported
 (the cache is rebuilt as full layers).
 
-Caps (SPEC §6): `max_turns` assistant turns (10); `max_tool_rounds` answered tool rounds
+Caps (docs/method.md §6): `max_turns` assistant turns (10); `max_tool_rounds` answered tool rounds
 (None: no cap; the release's launcher sets max_user_turns=6, train.py's paper preset passes 6);
 `max_tokens` response tokens in all, observations included (8,192); a trajectory that would
 overflow stops before the observation. Observation length (2,048 chars) is the simulator's cap.
@@ -69,8 +69,8 @@ from transformers.cache_utils import Cache, DynamicLayer
 from segment import CLOSE, OPEN, Call, encodable, segment_masks, strip_think
 from tiny import with_tools
 
-MAX_TURNS = 10       # SPEC §6: assistant turns per trajectory
-MAX_TOKENS = 8192    # SPEC §6: response tokens per trajectory, observations included
+MAX_TURNS = 10       # docs/method.md §6: assistant turns per trajectory
+MAX_TOKENS = 8192    # docs/method.md §6: response tokens per trajectory, observations included
 MARK = 0xF0000       # first code point of Unicode plane 15 (private use): placeholders for special tokens
 
 
@@ -94,7 +94,7 @@ class Rollout:
 
     @property
     def final(self):
-        """The last turn's text when it holds no tool call, else "" (SPEC §2.2)."""
+        """The last turn's text when it holds no tool call, else "" (docs/method.md §2.2)."""
         last = self.turns[-1]["text"] if self.turns else ""
         return "" if OPEN in strip_think(last) else last
 

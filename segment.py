@@ -1,6 +1,6 @@
 """Segments of a trajectory, and the text helpers that find tool calls in it.
 
-Masks (SPEC §1, Eq. 1 in the README). A rollout's response mask is 1 on the tokens the
+Masks (README Eq. 1, docs/method.md §1). A rollout's response mask is 1 on the tokens the
 policy generated and 0 on prompt, padding and inserted tool observations. Its maximal runs
 of 1s are the assistant turns. With k runs:
 
@@ -12,7 +12,7 @@ so tool_mask + summary_mask == response_mask on every row. Known edge case, kept
 released code has it: a rollout cut off by the turn or length cap ends on a tool-call turn,
 and that last run is counted as the "summary" (its summary reward is then 0, see rewards.py).
 
-Text (SPEC §2.1, §5, §6). Policy turns call tools in the Hermes format,
+Text (docs/method.md §2.1, §5, §6). Policy turns call tools in the Hermes format,
 `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, with the calls of one parallel
 step as a JSON list in one block. The helpers read policy text the way the released reward
 (rl/slca_grpo/reward_fn.py) does, and every one of them is linear in the text and never raises:
@@ -144,7 +144,8 @@ def run_index(response_mask):
 
 
 def strip_think(text):
-    """Drop think blocks (SPEC §2), as the release's `<think(?:ing)?>.*?</think(?:ing)?>`, in linear time."""
+    """Drop think blocks (docs/method.md §2) as the release's `<think(?:ing)?>.*?</think(?:ing)?>` does,
+    in linear time."""
     out, pos = [], 0
     while (a := _tag(text, "<think", pos)) and (b := _tag(text, "</think", a[1])):
         out.append(text[pos:a[0]])

@@ -1,4 +1,4 @@
-"""SFT warm start (SPEC §7, stage 1) and the guarded optimizer step that SFT and RL share.
+"""SFT warm start (docs/method.md §7, stage 1) and the guarded optimizer step that SFT and RL share.
 
     warm_start(model, tok, convs, a, log)   # called by train.py before RL
 

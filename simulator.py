@@ -1,4 +1,4 @@
-"""SGLS: the schema-guided LLM simulator that answers the policy's tool calls (SPEC §5).
+"""SGLS: the schema-guided LLM simulator that answers the policy's tool calls (docs/method.md §5).
 
 Tools are never executed. `Simulator.respond(texts, tasks)` takes assistant-turn texts and
 their tasks and returns, per text, `(calls, observations)`: one observation per call, in

@@ -5,7 +5,7 @@
     torchrun --nproc_per_node 8 train.py --model Qwen/Qwen2.5-3B-Instruct   # the same, FSDP2 over 8 GPUs
     python train.py --out runs/slca-s0 --resume            # continue a run from its latest checkpoint
 
-Stages (SPEC §7):
+Stages (docs/method.md §7):
 1. optional SFT warm start (sft.py): cross-entropy on assistant tokens only, cosine lr with warmup; its
    result is saved to <out>/sft before RL starts, so a resumed run skips it;
 2. RL, per step: G rollouts for each of the step's prompts (rollout.py) -> HierR scores
@@ -92,7 +92,7 @@ from sft import optimizer_step, warm_start
 from simulator import Simulator
 
 # ---------------------------------------------------------------------------------------------
-# presets: the paper's recipe (SPEC §7) for a named model, a CPU-sized one for the embedded demo
+# presets: the paper's recipe (docs/method.md §7) for a named model, a CPU-sized one for the embedded demo
 EPOCHS = 1  # RL epochs over --data: the paper's and the release's yaml (its launchers default to 5)
 # the release's SFT ran LLaMA-Factory with no weight_decay set (transformers' default, 0); its schema check stops at
 # check 3 (light). The demo keeps SFT weight decay 0.01 and the full check, the settings its README numbers were measured with.
@@ -160,7 +160,8 @@ def get_args(argv=None):
     g.add_argument("--weight-decay", type=num, default=0.01, help="AdamW weight decay of the RL updates")
     g.add_argument("--grad-clip", type=num, default=1.0)
     g.add_argument("--temperature", type=num, default=1.0, help="rollout sampling temperature")
-    g.add_argument("--max-turns", type=int, default=10, help="assistant turns per trajectory (SPEC §6)")
+    g.add_argument("--max-turns", type=int, default=10,
+                   help="assistant turns per trajectory (docs/method.md §6)")
     g.add_argument("--max-tool-rounds", type=int, default=6,
                    help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
     g.add_argument("--max-tokens", type=int, default=None, help="response tokens per trajectory, observations included")
@@ -169,14 +170,14 @@ def get_args(argv=None):
     g.add_argument("--old-logprobs", choices=["sample", "recompute"], default=None,
                    help="log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass "
                         "(the release's; exact when sampling ran in lower precision than training)")
-    g = p.add_argument_group("loss (SPEC §4)")
+    g = p.add_argument_group("loss (docs/method.md §4)")
     g.add_argument("--loss-agg", choices=["seq-mean-token-mean", "token-mean"], default="seq-mean-token-mean",
                    help="seq-mean-token-mean = what the released run computed (one rollout per micro-batch): a mean "
                         "over rollouts of per-rollout token means; token-mean = one mean over the mini-batch's tokens")
     g.add_argument("--clip-eps", type=num, default=0.2)
     g.add_argument("--clip-c", type=num, default=3.0, help="dual-clip constant")
     g.add_argument("--kl-beta", type=num, default=0.001, help="0 drops the reference model")
-    g = p.add_argument_group("rewards and advantages (SPEC §2-3)")
+    g = p.add_argument_group("rewards and advantages (docs/method.md §2-3)")
     g.add_argument("--lam-tool", type=num, default=1.0)
     g.add_argument("--lam-sum", type=num, default=1.0)
     g.add_argument("--hierr-weights", type=num, nargs=5, default=list(rewards.WEIGHTS.values()),
@@ -193,8 +194,8 @@ def get_args(argv=None):
                    help="--no-norm-by-std subtracts the group mean only (Dr. GRPO)")
     g.add_argument("--toolpo-norm-by-std", action="store_true",
                    help="ToolPO divides by the group std too (what the release's ToolPO launchers ran, verl's "
-                        "default; the paper and SPEC §3.3 say no std)")
-    g = p.add_argument_group("simulator and judge (SPEC §5, §2.2)")
+                        "default; the paper says no std, docs/method.md §3.3)")
+    g = p.add_argument_group("simulator and judge (docs/method.md §5, §2.2)")
     g.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
                    help="default: llm when a sim client is set, else replay")
     g.add_argument("--schema-check", choices=["full", "light"], default=None,

@@ -1,4 +1,4 @@
-"""BFCL V3: accuracy of a Hermes-format tool caller, single-turn and multi-turn (SPEC §9).
+"""BFCL V3: accuracy of a Hermes-format tool caller, single-turn and multi-turn (docs/method.md §9).
 
 Package bfcl-eval==2025.7.17 ships the questions, the possible answers, the checkers and the
 multi-turn backends. This module holds no model code: `run_bfcl` takes a plain callable

@@ -1,4 +1,4 @@
-"""The Hermes tool format written out as plain chat text (SPEC §6, §9), stdlib + tiny.py.
+"""The Hermes tool format written out as plain chat text (docs/method.md §6, §9), stdlib + tiny.py.
 
 A benchmark hands over chat messages with structured tool calls plus an OpenAI tool list.
 `as_text(messages, tools, framing)` writes them as plain {role, content} messages, which

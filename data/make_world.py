@@ -1,10 +1,10 @@
-"""Writes the shipped tool world: SFT trajectories, RL prompts and eval prompts (SPEC §8 layouts).
+"""Writes the shipped tool world: SFT trajectories, RL prompts and eval prompts (docs/method.md §8 layouts).
 
 A small, seeded, fictional world of 4 servers x 4 tools (weather, finance, travel, shopping)
 with real JSON Schemas (types, enums, required lists, nested objects). Every tool answer is
 a pure function of (seed, tool, arguments), so the same call always gets the same answer.
 A task is drawn from one of 29 "kinds" (a tool plan + question paraphrases); plans cover the
-six parallel types of SPEC §8, and multi-step plans feed values returned by one step (a
+six parallel types of docs/method.md §8, and multi-step plans feed values returned by one step (a
 station id, a ticker, a flight / hotel / product id, a price) into the next. Each row offers
 only its server's tools, in the system message, in Qwen2.5's Hermes form (`system_prompt`).
 

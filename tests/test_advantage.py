@@ -1,4 +1,4 @@
-"""advantage.py against a plain-loop reference, the checks of SPEC §3.2, its numerics, non-finite
+"""advantage.py against a plain-loop reference, the checks of docs/method.md §3.2, its numerics, non-finite
 rewards, and ToolPO (Eq. 13) on hand-computed numbers."""
 import math
 import statistics
@@ -96,7 +96,7 @@ def test_norm_by_std_false_subtracts_mean():
     assert adv.tolist() == [-0.5, 0.5, 1.0, -1.0]
 
 
-# --- numerics (SPEC §3.2): group statistics in float64, equal rewards give exactly 0 ------------
+# --- numerics (docs/method.md §3.2): group statistics in float64, equal rewards give exactly 0 --
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("value", [0.9, 0.1, 0.3, 0.45, 0.7, 1 / 3, -0.5, 0.0])
 @pytest.mark.parametrize("G", [2, 3, 7, 16])

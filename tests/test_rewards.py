@@ -1,4 +1,4 @@
-"""rewards.py: HierR (SPEC §2) with the exact numbers of the spec, ToolPO's rewards, hostile input."""
+"""rewards.py: HierR (docs/method.md §2) with its exact numbers, ToolPO's rewards, hostile input."""
 import json
 from types import SimpleNamespace
 
@@ -43,7 +43,7 @@ def test_irrelevant_prompt_scores_090():
     s = process_score("I cannot help with tools here.", [], ["f"])
     assert s == {"format": 0.0, "name": 1.0, "key": 1.0, "value": 1.0, "parallel": 1.0,
                  "process": pytest.approx(0.90), "omission": 0.0}
-    # no tool response ever came back, so the summary earns nothing (SPEC §2.2)
+    # no tool response ever came back, so the summary earns nothing (docs/method.md §2.2)
     out = score("A direct answer that is long enough.", "A direct answer that is long enough.",
                 [], task([]), FixedJudge(5))
     assert out["summary"] == 0.0 and out["score"] == pytest.approx(0.90)

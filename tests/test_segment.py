@@ -1,4 +1,4 @@
-"""segment.py: masks from the response mask (SPEC §1) and the call parser."""
+"""segment.py: masks from the response mask (docs/method.md §1) and the call parser."""
 import re
 
 import pytest

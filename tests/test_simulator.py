@@ -1,4 +1,4 @@
-"""SGLS simulator (SPEC §5): parsing as the release, the checks and their strings, backends,
+"""SGLS simulator (docs/method.md §5): parsing as the release, the checks and their strings, backends,
 truncation, cache, and robustness against hostile text, tasks, schemas and answers."""
 import json
 import re
