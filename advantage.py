@@ -61,6 +61,7 @@ tests/test_advantage.py holds the plain-loop reference.
 import torch
 
 EPS = 1e-6  # SPEC §3: ε of the released code
+TURN_CREDIT = 0.0  # ω of README Eq. 14: no per-turn credit, Eq. 8 exactly (train.py --turn-credit)
 
 
 def group_normalize(x, present, group_ids, eps=EPS, norm_by_std=True):
