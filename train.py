@@ -10,8 +10,16 @@ Stages (SPEC §7):
    result is saved to <out>/sft before RL starts, so a resumed run skips it;
 2. RL, per step: G rollouts for each of the step's prompts (rollout.py) -> HierR scores
    (rewards.py, Eqs. 2-5) -> advantages (advantage.py: `--algo slca`, Eqs. 7-8, with `--turn-credit`
-   Eq. 14, `grpo`, Eq. 6, or `toolpo`, Eq. 13) -> old and reference log-probs -> PPO mini-batches with gradient
-   accumulation (loss.py, Eqs. 9-12) -> AdamW step per mini-batch -> log -> eval -> checkpoint.
+   Eq. 14, `grpo`, Eq. 6, or `toolpo`, Eq. 13) -> old and reference log-probs -> PPO mini-batches with
+   gradient accumulation (loss.py, Eqs. 9-12) -> AdamW step per mini-batch -> log -> eval -> checkpoint.
+
+Per-turn credit (`--turn-credit ω`, README Eq. 14, slca only, off by default). The tool turns of a
+rollout are its assistant turns but the last (the summary, Eq. 1); each is scored against its gold
+step (rewards.turn_rewards) and normalised over the group's rollouts that have that turn. A rollout
+whose loss mask does not hold one run per turn (dropped, or a turn that sampled no token) has no
+turn present. Whatever the algorithm and ω, every RL step logs `turn_conflict`: among the tool turns
+with a nonzero per-turn advantage, the share whose sign is opposite to their rollout's SLCA tool
+advantage Â^tool (0 when there is none); rollouts.jsonl holds each rollout's turn rewards (`r_turn`).
 
 With no --model the run builds the embedded default: a tokenizer trained on the shipped tool
 world and a tiny random Qwen2 (tiny.py), then runs SFT, SLCA-GRPO and a before/after eval,
