@@ -61,7 +61,6 @@ tests/test_advantage.py holds the plain-loop reference.
 import torch
 
 EPS = 1e-6  # SPEC §3: ε of the released code
-TURN_CREDIT = 0.0  # ω of README Eq. 14: no per-turn credit, Eq. 8 exactly (train.py --turn-credit)
 
 
 def group_normalize(x, present, group_ids, eps=EPS, norm_by_std=True):
@@ -120,6 +119,9 @@ def toolpo_advantages(r_succ, r_action, present, tool_present, group_ids, lam_ac
     adv_succ = torch.where(present & (count[g] == 1) & r_succ.isfinite(), alone, adv_succ)
     adv_action = lam_action * group_normalize(r_action, tool_present, group_ids, eps, norm_by_std)
     return adv_succ, adv_action
+
+
+TURN_CREDIT = 0.0  # ω of README Eq. 14: no per-turn credit, Eq. 8 exactly (train.py --turn-credit)
 
 
 def turn_advantages(r_turn, turn_present, group_ids, eps=EPS, norm_by_std=True):
