@@ -121,6 +121,9 @@ def toolpo_advantages(r_succ, r_action, present, tool_present, group_ids, lam_ac
     return adv_succ, adv_action
 
 
+TURN_CREDIT = 0.0  # ω of README Eq. 14: no per-turn credit, Eq. 8 exactly (train.py --turn-credit)
+
+
 def turn_advantages(r_turn, turn_present, group_ids, eps=EPS, norm_by_std=True):
     """Eq. 14's Â_{i,k}: r_turn (B, K) per-turn rewards, turn_present (B, K) bool; each turn
     position k of each group is its own group of Eq. 7's statistics. Returns (B, K)."""

@@ -3,6 +3,7 @@
     python reproduce.py                        # SLCA, GRPO, ToolPO, w/o HierR, w/o SGLS; seeds 0 1 2
     python reproduce.py --noise 0 0.5 1.0      # SLCA and GRPO at each judge-noise level; seeds 0 1 2
     python reproduce.py --bonus 0 1            # the diagnostic: SLCA and GRPO on the bonus world at K = 0, 1
+    python reproduce.py --turn-credit 0.5      # SLCA, GRPO and SLCA with per-turn credit ω = 0.5; seeds 0 1 2
     python reproduce.py --size toy             # the same on a toy size, in seconds (tests/test_reproduce.py)
     python reproduce.py -- --steps 12          # flags after -- go to every train.py run
 
@@ -20,7 +21,7 @@ Runs go to <out>/<name>-s<seed>/, --jobs at a time (default 2, this machine's co
 in its own process on one thread with its output in <out>/<name>-s<seed>.log (--jobs 1: one
 after the other, in this process). A run whose final/ folder exists is kept, so an
 interrupted reproduce.py continues where it stopped (delete a run folder to redo it), and
-the sweep reuses the comparison's slca and grpo runs as its p = 0. Outputs in <out>:
+the sweep (and --turn-credit) reuses the comparison's slca and grpo runs. Outputs in <out>:
 
     table.md       mean ± std over seeds of the held-out metrics (Success@0.9 as the paper
                    defines it, S_process >= 0.9, and as the released code logs it, Name F1,
@@ -40,6 +41,12 @@ the sweep reuses the comparison's slca and grpo runs as its p = 0. Outputs in <o
                    GRPO on each; the marked prompts' held-out redundant-call rate, S_sum, Name F1
                    and Success@0.9 / @1.0 before and after RL, the sampled rate during training,
                    per seed, the pre-registered falsifiers (a)-(c) checked, and the rate's curves
+    turn.md, turn.json, turn-curves.png   (--turn-credit ω) per-turn credit (README Eq. 14): slca,
+                   grpo and slca-turn@ω; held-out Success@0.9, Process and tool turns overall and
+                   Success@0.9 and Process by parallel type, the training turn_conflict (the share
+                   of nonzero per-turn advantages whose sign is opposite to the rollout's tool
+                   advantage), per seed, and per seed whether slca-turn@ω beat slca beyond 2
+                   binomial standard errors of the difference
 """
 import argparse
 import json
@@ -58,6 +65,12 @@ ALGOS = {  # name -> train.py flags (docs/method.md §7 ablations)
     "no-sgls": ["--algo", "slca", "--no-sgls"],     # w/o SGLS: no tool definition, no checks 2-4
 }
 NOISE_ALGOS = ["slca", "grpo"]
+TURN_ALGOS = ["slca", "grpo"]  # --turn-credit: the baselines beside slca-turn@ω
+
+
+def turn_run(omega):
+    """Name and train.py flags of SLCA with per-turn credit ω (README Eq. 14)."""
+    return f"slca-turn@{omega}", ALGOS["slca"] + ["--turn-credit", str(omega)]
 
 
 def noise_run(algo, p):
@@ -72,6 +85,8 @@ TOY = ["--tiny-size", "32", "1", "2", "--sft-limit", "16", "--sft-epochs", "1", 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 METRICS = [("success", "Success@0.9"), ("success_code", "Success@0.9(code)"), ("name_f1", "NameF1"),
            ("arg_match", "ArgMatch"), ("process", "Process"), ("tool_turns", "ToolTurns")]
+TYPE_METRICS = [("success", "Success@0.9"), ("process", "Process"), ("n", "n")]  # per parallel type
+FOCUS = [("multi_step_has_parallel", "has parallel"), ("multi_step_all_serial", "all serial")]  # --turn-credit's per-seed columns
 
 
 def run_train(argv, out, jobs=1):
@@ -116,13 +131,15 @@ def read(path):
     return read_jsonl(path)
 
 
-def evals(run):
-    """{label: overall metrics} of a run's eval.jsonl (the later line wins)."""
-    return {e["label"]: e["all"] for e in read(os.path.join(run, "eval.jsonl")) if "all" in e}
+def evals(run, part="all"):
+    """{label: metrics} of a run's eval.jsonl (the later line wins): overall, or of one parallel
+    type (eval.summarize's keys; {} where the split has none)."""
+    return {e["label"]: e.get(part, {}) for e in read(os.path.join(run, "eval.jsonl")) if "all" in e}
 
 
 def curves(run):
-    """Per RL step: training-rollout Success@0.9, tool turns, sign conflict, grad cosine."""
+    """Per RL step: training-rollout Success@0.9, tool turns, sign conflict, per-turn sign
+    conflict (None in a run logged before train.py had it), grad cosine."""
     metrics = {m["step"]: m for m in read(os.path.join(run, "metrics.jsonl"))
                if "step" in m and m.get("stage") != "sft"}
     by_step = {}
@@ -131,7 +148,8 @@ def curves(run):
     with open(os.path.join(run, "config.json")) as f:
         blind = json.load(f).get("no_hierr")  # w/o HierR logs S_process with all weights 0: no curve
     return [{"step": s, "success": None if blind else sum(by_step.get(s, [])) / max(1, len(by_step.get(s, []))),
-             "tool_turns": m["tool_turns"], "sign_conflict": m["sign_conflict"], "grad_cosine": m.get("grad_cosine")}
+             "tool_turns": m["tool_turns"], "sign_conflict": m["sign_conflict"],
+             "turn_conflict": m.get("turn_conflict"), "grad_cosine": m.get("grad_cosine")}
             for s, m in sorted(metrics.items())]
 
 
@@ -262,17 +280,27 @@ def fmt(xs, digits=3):
 
 
 def summarize(runs):
-    """runs: {(name, seed): folder} -> {name: {"before"/"after": {metric: [per seed]}, "curve": ...}}."""
+    """runs: {(name, seed): folder} -> {name: {"before"/"after": {metric: [per seed]}, "types":
+    {parallel type: {"before"/"after": {metric: [per seed]}}}, "curve": ...}}."""
+    from data import PARALLEL_TYPES
     out = {}
     for (name, seed), folder in runs.items():
         e, c = evals(folder), curves(folder)
-        row = out.setdefault(name, {"before": {}, "after": {}, "seeds": [], "sign_conflict": [], "grad_cosine": [],
-                                    "curves": []})
+        row = out.setdefault(name, {"before": {}, "after": {}, "types": {}, "seeds": [], "n": [], "sign_conflict": [],
+                                    "turn_conflict": [], "grad_cosine": [], "curves": []})
         row["seeds"].append(seed)
+        row["n"].append(e.get("after RL", {}).get("n"))  # held-out prompts
         for label, key in (("before RL", "before"), ("after RL", "after")):
             for k, _ in METRICS:
                 row[key].setdefault(k, []).append(e.get(label, {}).get(k))
+        for t in PARALLEL_TYPES:
+            et = evals(folder, t)
+            for label, key in (("before RL", "before"), ("after RL", "after")):
+                cell = row["types"].setdefault(t, {}).setdefault(key, {})
+                for k, _ in TYPE_METRICS:
+                    cell.setdefault(k, []).append(et.get(label, {}).get(k))
         row["sign_conflict"].append(mean_std([x["sign_conflict"] for x in c])[0])
+        row["turn_conflict"].append(mean_std([x["turn_conflict"] for x in c])[0])
         row["grad_cosine"].append(mean_std([x["grad_cosine"] for x in c])[0])
         row["curves"].append(c)
     return out
@@ -292,6 +320,67 @@ def table(res):
         pairs = zip(r["seeds"], r["before"]["success"], r["after"]["success"])
         lines.append(f"- {name}: " + ", ".join(f"seed {s}: {b:.3f} -> {a:.3f}" for s, b, a in pairs
                                                if a is not None and b is not None))
+    return "\n".join(lines) + "\n"
+
+
+def se_diff(p1, p2, n):
+    """Standard error of p1 - p2, two independent proportions over n prompts each."""
+    return (p1 * (1 - p1) / n + p2 * (1 - p2) / n) ** 0.5
+
+
+def verdict(a, b, n):
+    """'+0.015 (2 SE 0.097): within noise' for proportions a - b over n prompts; None if missing."""
+    if a is None or b is None or not n:
+        return None
+    d, two = a - b, 2 * se_diff(a, b, n)
+    return f"{d:+.3f} (2 SE {two:.3f}): " + ("within noise" if abs(d) <= two else "helped" if d > 0 else "hurt")
+
+
+def turn_table(res):
+    """--turn-credit's tables (markdown): overall, by parallel type, per seed, and per seed
+    whether slca-turn@ω differed from slca beyond 2 standard errors."""
+    first = next(iter(res.values()))
+    types = [t for t, v in first["types"].items() if any(v["after"]["n"])]  # those the eval split holds
+    ns = {t: first["types"][t]["after"]["n"][0] for t in types}
+    cols = [m for m in METRICS if m[0] in ("success", "process", "tool_turns")]
+    lines = ["| run | " + " | ".join(t for _, t in cols) + " | turn conflict | sign conflict |",
+             "|" + "---|" * (len(cols) + 3),
+             "| SFT start | " + " | ".join(fmt(first["before"][k]) for k, _ in cols) + " | | |"]
+    for name, r in res.items():
+        lines.append(f"| {name} | " + " | ".join(fmt(r["after"][k]) for k, _ in cols)
+                     + f" | {fmt(r['turn_conflict'])} | {fmt(r['sign_conflict'])} |")
+    for k, title in TYPE_METRICS[:2]:
+        lines += ["", f"Held-out {title} by parallel type (n prompts), mean ± std over seeds:", "",
+                  "| run | " + " | ".join(f"{t.replace('_', ' ')} ({ns[t]})" for t in types) + " |",
+                  "|" + "---|" * (len(types) + 1),
+                  "| SFT start | " + " | ".join(fmt(first["types"][t]["before"][k]) for t in types) + " |"]
+        for name, r in res.items():
+            lines.append(f"| {name} | " + " | ".join(fmt(r["types"][t]["after"][k]) for t in types) + " |")
+    head = (["run", "seed", "Success@0.9", "Process"] + [f"{label} {m}" for _, label in FOCUS
+                                                         for m in ("Success@0.9", "Process")]
+            + ["ToolTurns", "turn conflict"])
+    lines += ["", "Per seed, after RL:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    cell = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    for name, r in res.items():
+        for i, seed in enumerate(r["seeds"]):
+            by_type = [r["types"][t]["after"][k][i] for t, _ in FOCUS for k in ("success", "process")]
+            xs = [r["after"]["success"][i], r["after"]["process"][i], *by_type, r["after"]["tool_turns"][i],
+                  r["turn_conflict"][i]]
+            lines.append(f"| {name} | {seed} | " + " | ".join(map(cell, xs)) + " |")
+    base = res.get("slca")
+    for name in [n for n in res if n.startswith("slca-turn")] if base else []:
+        lines += ["", f"{name} against slca, per seed: the difference in held-out Success@0.9 and twice its "
+                      "standard error (two independent proportions over n prompts; 'helped' or 'hurt' only beyond "
+                      "2 SE):", ""]
+        r = res[name]
+        for i, seed in enumerate(r["seeds"]):
+            if seed in base["seeds"]:
+                j = base["seeds"].index(seed)
+                parts = [f"all {verdict(r['after']['success'][i], base['after']['success'][j], r['n'][i])}"]
+                parts += [f"{label} " + verdict(r["types"][t]["after"]["success"][i],
+                                                base["types"][t]["after"]["success"][j], ns[t])
+                          for t, label in FOCUS if t in types]
+                lines.append(f"- seed {seed}: " + "; ".join(parts))
     return "\n".join(lines) + "\n"
 
 
@@ -374,6 +463,9 @@ def main(argv=None):
                         "the comparison's runs in the same --out)")
     p.add_argument("--bonus", type=int, nargs="+", default=None, choices=[0, 1, 2], metavar="K",
                    help="the diagnostic: SLCA and GRPO on the bonus world at each K, from one SFT start per seed")
+    p.add_argument("--turn-credit", type=float, default=None, metavar="OMEGA",
+                   help="per-turn credit: SLCA, GRPO and SLCA with --turn-credit OMEGA instead of --algos (slca "
+                        "and grpo reuse the comparison's runs in the same --out)")
     p.add_argument("--world-scale", type=float, default=1.0, help="--bonus: the generated world's size (tests: small)")
     p.add_argument("--size", choices=["demo", "toy"], default="demo",
                    help="toy: a few seconds per run (the smoke test)")
@@ -381,6 +473,8 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="runs at a time, each in its own process on one thread (1: one after the other, in-process)")
     a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if sum(x is not None for x in (a.noise, a.bonus, a.turn_credit)) > 1:
+        p.error("--noise, --bonus and --turn-credit are separate experiments: give one")
     out = a.out
     os.makedirs(out, exist_ok=True)
     extra = (TOY if a.size == "toy" else []) + extra
@@ -395,6 +489,8 @@ def main(argv=None):
                 for k in a.bonus for algo in NOISE_ALGOS]
     elif a.noise:
         plan = [noise_run(algo, p) for p in a.noise for algo in NOISE_ALGOS]
+    elif a.turn_credit is not None:
+        plan = [(algo, ALGOS[algo]) for algo in TURN_ALGOS] + [turn_run(a.turn_credit)]
     else:
         plan = [(name, ALGOS[name]) for name in a.algos]
     runs, starts = {}, {}
@@ -410,25 +506,28 @@ def main(argv=None):
                                               runs[job], a.jobs), runs)
 
     res = bonus_summary(runs) if a.bonus is not None else summarize(runs)
-    text = bonus_table(res, a.bonus) if a.bonus is not None else table(res)
+    text = (bonus_table(res, a.bonus) if a.bonus is not None else turn_table(res) if a.turn_credit is not None
+            else table(res))
     wall = time.time() - t0
     kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""
     header = (f"# reproduce.py {' '.join(argv)}\n\nseeds {a.seeds}, wall time {wall:.0f}s ({a.jobs} runs at a time, "
               f"{1 if a.jobs > 1 else os.environ.get('OMP_NUM_THREADS', 'default')} thread(s) each{kept}); "
               "held-out eval split, greedy.\n\n")
-    stem = "bonus" if a.bonus is not None else "noise" if a.noise else "table"  # beside the comparison's
+    stem = ("bonus" if a.bonus is not None else "noise" if a.noise else "turn" if a.turn_credit is not None
+            else "table")  # beside the comparison's
     with open(os.path.join(out, f"{stem}.md"), "w") as f:
         f.write(header + text)
     with open(os.path.join(out, f"{stem}.json"), "w") as f:
-        json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "bonus": a.bonus, "wall_s": wall, "results": res},
+        json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "bonus": a.bonus, "turn_credit": a.turn_credit,
+                   "wall_s": wall, "results": res},
                   f, indent=1)
     if a.bonus is not None:
         plot_bonus(res, os.path.join(out, "bonus.png"))
         pngs = "bonus.png"
     else:
-        plot_curves(res, os.path.join(out, f"{stem}-curves.png" if a.noise else "curves.png"))
-        pngs = "noise-curves.png, noise.png" if a.noise else "curves.png, demo.png"
-    if "slca" in res and not a.noise:  # the demo's own curve: slca of seed s is `python train.py --seed s`
+        plot_curves(res, os.path.join(out, "curves.png" if stem == "table" else f"{stem}-curves.png"))
+        pngs = {"noise": "noise-curves.png, noise.png", "turn": "turn-curves.png"}.get(stem, "curves.png, demo.png")
+    if "slca" in res and stem == "table":  # the demo's own curve: slca of seed s is `python train.py --seed s`
         plot_curves({"slca": res["slca"]}, os.path.join(out, "demo.png"))
     if a.noise:
         plot_noise(res, a.noise, os.path.join(out, "noise.png"))

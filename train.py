@@ -9,9 +9,17 @@ Stages (docs/method.md §7):
 1. optional SFT warm start (sft.py): cross-entropy on assistant tokens only, cosine lr with warmup; its
    result is saved to <out>/sft before RL starts, so a resumed run skips it;
 2. RL, per step: G rollouts for each of the step's prompts (rollout.py) -> HierR scores
-   (rewards.py, Eqs. 2-5) -> advantages (advantage.py: `--algo slca`, Eqs. 7-8, `grpo`, Eq. 6,
-   or `toolpo`, Eq. 13) -> old and reference log-probs -> PPO mini-batches with gradient
-   accumulation (loss.py, Eqs. 9-12) -> AdamW step per mini-batch -> log -> eval -> checkpoint.
+   (rewards.py, Eqs. 2-5) -> advantages (advantage.py: `--algo slca`, Eqs. 7-8, with `--turn-credit`
+   Eq. 14, `grpo`, Eq. 6, or `toolpo`, Eq. 13) -> old and reference log-probs -> PPO mini-batches with
+   gradient accumulation (loss.py, Eqs. 9-12) -> AdamW step per mini-batch -> log -> eval -> checkpoint.
+
+Per-turn credit (`--turn-credit ω`, README Eq. 14, slca only, off by default). The tool turns of a
+rollout are its assistant turns but the last (the summary, Eq. 1); each is scored against its gold
+step (rewards.turn_rewards) and normalised over the group's rollouts that have that turn. A rollout
+whose loss mask does not hold one run per turn (dropped, or a turn that sampled no token) has no
+turn present. Whatever the algorithm and ω, every RL step logs `turn_conflict`: among the tool turns
+with a nonzero per-turn advantage, the share whose sign is opposite to their rollout's SLCA tool
+advantage Â^tool (0 when there is none); rollouts.jsonl holds each rollout's turn rewards (`r_turn`).
 
 With no --model the run builds the embedded default: a tokenizer trained on the shipped tool
 world and a tiny random Qwen2 (tiny.py), then runs SFT, SLCA-GRPO and a before/after eval,
@@ -77,7 +85,7 @@ from tqdm import tqdm
 
 import llm
 import rewards
-from advantage import group_normalize, route, slca_advantages, toolpo_advantages
+from advantage import TURN_CREDIT, group_normalize, route, route_turns, slca_advantages, toolpo_advantages, turn_advantages
 from data import MAX_PROMPT_TOKENS, DataError, drop_long, load_sft, load_tasks, release_files
 from eval import format_table, score_rollouts, summarize
 from llm import load_policy
@@ -87,7 +95,7 @@ from parallel import (LOCK, Unusable, all_sum, autocast, barrier, check_folder, 
 from logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from loss import policy_loss
 from rollout import collate, prompt_ids, rollout
-from segment import take_unencodable
+from segment import run_index, take_unencodable
 from sft import optimizer_step, warm_start
 from simulator import Simulator
 
@@ -190,6 +198,9 @@ def get_args(argv=None):
     g.add_argument("--succ-judge", action="store_true",
                    help="ToolPO's R_succ from the judge's Solved/Unsolved (the paper's main rows) instead of the "
                         "reference rule over the gold calls")
+    g.add_argument("--turn-credit", type=num, default=TURN_CREDIT, metavar="OMEGA",
+                   help="ω of README Eq. 14 (--algo slca only, a project extension): tool turn k's tokens also get "
+                        "ω x the group-normalised reward of turn k against gold step k; 0 = SLCA exactly")
     g.add_argument("--norm-by-std", action=argparse.BooleanOptionalAction, default=True,
                    help="--no-norm-by-std subtracts the group mean only (Dr. GRPO)")
     g.add_argument("--toolpo-norm-by-std", action="store_true",
@@ -282,6 +293,10 @@ def check_args(p, a):
         p.error("--mini-batch must be a multiple of the number of processes (each takes an equal share)")
     if a.sft_weight_decay < 0:
         p.error("--sft-weight-decay must be >= 0")
+    if a.turn_credit < 0:
+        p.error("--turn-credit must be >= 0")
+    if a.turn_credit and a.algo != "slca":
+        p.error(f"--turn-credit is per-turn credit inside SLCA's tool segment: it needs --algo slca, not {a.algo}")
     if any(w < 0 for w in a.hierr_weights):
         p.error("--hierr-weights must be >= 0")
     if a.resume and a.overwrite:
@@ -331,17 +346,38 @@ def grad_cosine(model, batch, idx, old, ref, A, a):
     return dot / math.sqrt(n0 * n1) if n0 > 0 and n1 > 0 else 0.0
 
 
-def advantages(scores, batch, gids, keep, a):
-    """Per-token advantages (B, L) and the per-rollout (tool, summary) ones for the logs.
-    Rollouts outside `keep` (transport failures) enter no group statistic and get 0."""
+def turn_table(turn_r, response_mask):
+    """Per-turn rewards as (B, K) with their presence (B, K) bool, K the most tool turns of a row.
+    turn_r: per rollout, its tool turns' rewards (rewards.turn_rewards of every turn but the
+    last). Turn k of row i is present when the row's loss mask holds one run per turn, its tool
+    turns and the summary (Eq. 1); a row whose mask holds another number of runs (a dropped
+    rollout, whose mask is all 0, or a turn that sampled no token) has no turn present, since
+    its runs cannot be matched to its turns."""
+    B, K = len(turn_r), max(map(len, turn_r), default=0)
+    r, present = torch.zeros(B, K), torch.zeros(B, K, dtype=torch.bool)              # (B, K)
+    runs = (run_index(response_mask).amax(1) + 1).tolist()                           # (B,) runs in the mask
+    for i, x in enumerate(turn_r):
+        if x and runs[i] == len(x) + 1:
+            r[i, :len(x)], present[i, :len(x)] = torch.tensor(x), True
+    return r, present
+
+
+def advantages(scores, turn_r, batch, gids, keep, a):
+    """Per-token advantages (B, L), the per-rollout (tool, summary) ones for the logs, and the
+    per-turn ones Â_{i,k} (B, K) of Eq. 14 (computed for every algorithm, for the logs; only
+    slca with --turn-credit > 0 trains on them). Rollouts outside `keep` (transport failures)
+    enter no group statistic and get 0."""
     col = lambda k: torch.tensor([s[k] for s in scores], dtype=torch.float32)  # noqa: E731  (B,)
     tp = batch["tool_mask"].bool().any(1).cpu() & keep                                  # (B,)
     sp = batch["summary_mask"].bool().any(1).cpu() & keep
     adv_tool, adv_sum = slca_advantages(col("r_tool"), col("r_sum"), tp, sp, gids, lam_tool=a.lam_tool,
                                         lam_sum=a.lam_sum, norm_by_std=a.norm_by_std)  # (B,) each
+    adv_turn = turn_advantages(*turn_table(turn_r, batch["response_mask"].cpu()), gids,
+                               norm_by_std=a.norm_by_std)                               # (B, K)
     dev = lambda x: x.to(a.device)  # noqa: E731
-    if a.algo == "slca":                                                                # Eq. 8
-        A = route(dev(adv_tool), dev(adv_sum), batch["tool_mask"], batch["summary_mask"])
+    if a.algo == "slca":                                                                # Eqs. 8, 14
+        A = route_turns(dev(adv_tool), dev(adv_sum), dev(adv_turn), run_index(batch["response_mask"]),
+                        batch["tool_mask"], batch["summary_mask"], a.turn_credit, a.lam_tool)
     elif a.algo == "grpo":                                                              # Eq. 6
         adv = group_normalize(col("score"), keep, gids, norm_by_std=a.norm_by_std)    # (B,)
         A = route(dev(adv), dev(adv), batch["tool_mask"], batch["summary_mask"])
@@ -349,7 +385,15 @@ def advantages(scores, batch, gids, keep, a):
         a_succ, a_action = toolpo_advantages(col("r_succ"), col("r_action"), keep, tp, gids,
                                              norm_by_std=a.toolpo_norm_by_std)
         A = route(dev(a_succ + a_action), dev(a_succ), batch["tool_mask"], batch["summary_mask"])
-    return A, tp, sp, adv_tool, adv_sum                                                # (B, L), (B,) ...
+    return A, tp, sp, adv_tool, adv_sum, adv_turn                                      # (B, L), (B,) ..., (B, K)
+
+
+def turn_stats(adv_turn, adv_tool):
+    """Sums for the per-turn sign-conflict rate: the tool turns with a nonzero Â_{i,k} (only a
+    present turn in a group of two or more with unequal rewards has one), and those of them
+    whose sign is opposite to their rollout's segment advantage Â_i^tool."""
+    live = adv_turn != 0                                                               # (B, K)
+    return {"turn_n": float(live.sum()), "turn_conflict": float((live & (adv_turn * adv_tool[:, None] < 0)).sum())}
 
 
 def seg_stats(adv, present, gids, name):
@@ -408,7 +452,7 @@ def ppo_update(model, opt, batch, old, ref, A, a, bad):
 
 def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     """One rollout batch (this rank's prompts, G rollouts each) and its PPO update.
-    Returns (metrics over all ranks, rollouts, scores, (adv_tool, adv_sum), bad-update count)."""
+    Returns (metrics over all ranks, rollouts, scores, per-turn rewards, (adv_tool, adv_sum), bad-update count)."""
     G = a.group_size
     batch_tasks = [t for t in tasks for _ in range(G)]
     groups = [g for g in group_ids for _ in range(G)]
@@ -430,7 +474,9 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     for k in ("response_mask", "tool_mask", "summary_mask"):
         batch[k] = batch[k] * keep.to(a.device)[:, None]
     gids = torch.tensor(groups)                                                         # (B,)
-    A, tp, sp, adv_tool, adv_sum = advantages(scores, batch, gids, keep, a)
+    turn_r = [rewards.turn_rewards([t["text"] for t in r.turns[:-1]], r.task.gold, r.task.allowed_tools, weights,
+                                   a.strict_calls) for r in rs]                          # per rollout, per tool turn
+    A, tp, sp, adv_tool, adv_sum, adv_turn = advantages(scores, turn_r, batch, gids, keep, a)
 
     # old log-probs (from sampling, or recomputed) and reference log-probs, before any update
     B = len(rs)
@@ -454,7 +500,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     loss_keys = [k for k in stats if k not in ("loss", "grad_norm", "skipped", "updates", "grad_cosine")]
     local = {**{k: sum(float(s[k]) for s in scores) for k in keys}, "n": float(B),
              **seg_stats(adv_tool, tp, gids, "tool"), **seg_stats(adv_sum, sp, gids, "sum"),
-             "sign_conflict": float(((adv_tool * adv_sum) < 0).sum()),
+             "sign_conflict": float(((adv_tool * adv_sum) < 0).sum()), **turn_stats(adv_turn, adv_tool),
              **{k: stats[k] for k in loss_keys},
              **{f"stop_{k}": float(sum(r.stop == k for r in rs)) for k in STOPS},
              "sim_failed": float(sim_fail.sum()), "judge_failed": float(judge_fail.sum()),
@@ -469,6 +515,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
         m[f"adv_{seg}_std"] = math.sqrt(max(s2 - s1 * s1 / c, 0.0) / (c - 1)) if c > 1 else 0.0
         m[f"adv_{seg}_zero_groups"] = tot[f"adv_{seg}_zero"] / tot[f"adv_{seg}_groups"]
     m.update({"sign_conflict": tot["sign_conflict"] / n,
+              "turn_conflict": tot["turn_conflict"] / tot["turn_n"] if tot["turn_n"] else 0.0,
               **{k: tot[k] / u for k in loss_keys},          # the loss stats are shares of each mini-batch
               "loss": stats["loss"] / u, "grad_norm": stats["grad_norm"] / u,
               "skipped_updates": stats["skipped"], "bad_updates_in_a_row": bad,
@@ -485,7 +532,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
                  f"the judge ({a.judge_url or a.judge_model})" if tot["judge_failed"] else ""]
         raise SystemExit(f"stopping at RL step {step}: {fail:.0%} of the rollouts lost an answer to endpoint "
                          f"failures ({' and '.join(w for w in which if w)}); over --max-fail-rate {a.max_fail_rate}")
-    return m, rs, scores, (adv_tool, adv_sum), bad
+    return m, rs, scores, turn_r, (adv_tool, adv_sum), bad
 
 
 # ---------------------------------------------------------------------------------------------
@@ -722,13 +769,14 @@ def run(a, rank, tasks, evals, convs, got):
         halt(step)
         pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
         with autocast(a), llm.window(a.step_deadline, sim_client, judge_client):  # a dead endpoint stalls one step at most
-            m, rs, scores, (at, asum), bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
+            m, rs, scores, turn_r, (at, asum), bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
                                                      pos, sim, rl_judge, a, step, bad)
         m["elapsed"] = time.time() - t_start
         log(m)
         rows = [{"step": step, "group": r.group, "question": r.task.question, "turns": r.turns, "stop": r.stop,
                  **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum", "redundant") if k in s},
-                 "adv_tool": float(at[i]), "adv_sum": float(asum[i])} for i, (r, s) in enumerate(zip(rs, scores))]
+                 "r_turn": turn_r[i], "adv_tool": float(at[i]), "adv_sum": float(asum[i])}
+                for i, (r, s) in enumerate(zip(rs, scores))]
         for row in gather(rows):
             log(row, "rollouts")
         if main_rank:

@@ -99,3 +99,54 @@ def test_bonus_falsifiers_read_the_gaps_against_two_standard_errors():
     assert "FALSIFIED" in a and "LEAKAGE" in b
     still = {k: run([0.5] * 3, [0.49, 0.51, 0.50]) for k in res}
     assert "INCONCLUSIVE" in reproduce.falsifiers(still, [0, 1])[2]
+
+
+def test_turn_credit_mode_runs_slca_grpo_and_slca_turn_from_one_sft_start(tmp_path):
+    """--turn-credit ω: slca, grpo and slca-turn@ω from the seed's SFT start, the same settings but
+    ω; the table holds the by-type columns, the per-seed rows and the verdict against slca."""
+    out = tmp_path / "turn"
+    res = reproduce.main(["--size", "toy", "--jobs", "1", "--seeds", "0", "--turn-credit", "0.5", "--out", str(out),
+                          "--"] + toy_world(tmp_path))
+    assert list(res) == ["slca", "grpo", "slca-turn@0.5"]
+    cfgs = {n: json.loads((out / f"{n}-s0" / "config.json").read_text()) for n in res}
+    assert cfgs["slca-turn@0.5"]["turn_credit"] == 0.5 and cfgs["slca"]["turn_credit"] == 0.0
+    assert cfgs["slca-turn@0.5"]["model"] == str(out / "sft-s0" / "sft") and cfgs["grpo"]["algo"] == "grpo"
+    same = lambda c: {k: v for k, v in c.items() if k not in ("turn_credit", "out")}  # noqa: E731
+    assert same(cfgs["slca-turn@0.5"]) == same(cfgs["slca"])
+    assert all(x is not None for x in res["slca-turn@0.5"]["turn_conflict"])  # logged per RL step
+    text = (out / "turn.md").read_text()
+    assert "turn conflict" in text and "by parallel type" in text and "| slca-turn@0.5 | 0 |" in text
+    assert "slca-turn@0.5 against slca, per seed" in text and "- seed 0: all " in text
+    assert (out / "turn-curves.png").exists() and not (out / "table.md").exists() and not (out / "demo.png").exists()
+    assert json.loads((out / "turn.json").read_text())["turn_credit"] == 0.5
+
+
+def test_turn_verdict_reads_the_difference_against_two_standard_errors():
+    assert reproduce.verdict(0.60, 0.50, 200) == "+0.100 (2 SE 0.099): helped"   # 2·sqrt(.24/200 + .25/200)
+    assert reproduce.verdict(0.55, 0.50, 200).endswith("within noise")
+    assert reproduce.verdict(0.20, 0.50, 200).endswith("hurt")
+    assert reproduce.verdict(0.30, 0.50, 34).endswith("within noise")  # one type's 34 prompts: -0.2 is noise
+    assert reproduce.verdict(None, 0.5, 200) is None
+
+
+def test_turn_table_reports_by_type_per_seed_and_the_verdict():
+    """turn_table on made-up results of two seeds: the types the eval split holds, the focus
+    columns per seed, and slca-turn against slca per seed, overall and per focus type."""
+    def run(success, has_parallel, conflict):
+        types = {t: {k: {"success": [None] * 2, "process": [None] * 2, "n": [None] * 2} for k in ("before", "after")}
+                 for t in ("single_step_single_tool", "multi_step_has_parallel", "multi_step_all_serial")}
+        types["single_step_single_tool"] = {k: {"success": [0.5] * 2, "process": [0.8] * 2, "n": [166] * 2}
+                                            for k in ("before", "after")}
+        types["multi_step_has_parallel"] = {"before": {"success": [0.2] * 2, "process": [0.7] * 2, "n": [34] * 2},
+                                            "after": {"success": has_parallel, "process": [0.8, 0.9], "n": [34] * 2}}
+        both = {"success": success, "process": [0.85, 0.86], "tool_turns": [1.7, 1.8]}
+        return {"before": {"success": [0.4] * 2, "process": [0.76] * 2, "tool_turns": [2.3] * 2}, "after": both,
+                "types": types, "seeds": [0, 1], "n": [200, 200], "turn_conflict": conflict, "sign_conflict": [0.1] * 2}
+    res = {"slca": run([0.55, 0.50], [0.30, 0.30], [0.20, 0.30]), "grpo": run([0.50, 0.50], [0.3, 0.3], [0.2, 0.2]),
+           "slca-turn@0.5": run([0.70, 0.52], [0.60, 0.35], [0.10, None])}
+    text = reproduce.turn_table(res)
+    assert "multi step has parallel (34)" in text and "multi step all serial" not in text  # absent from the split
+    assert "| slca-turn@0.5 | 1 | 0.520 | 0.860 | 0.350 | 0.900 | - | - | 1.800 | - |" in text
+    assert "- seed 0: all +0.150 (2 SE 0.096): helped; has parallel +0.300 (2 SE 0.230): helped" in text
+    assert "- seed 1: all +0.020 (2 SE 0.100): within noise; has parallel +0.050 (2 SE 0.227): within noise" in text
+    assert "| slca-turn@0.5 | 0.610 ± 0.127 | 0.855 ± 0.007 | 1.750 ± 0.071 | 0.100 ± 0.000 | 0.100 ± 0.000 |" in text

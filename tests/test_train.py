@@ -96,6 +96,8 @@ def test_one_rl_step_changes_weights_and_logs_every_field(world):
     (["--group-size", "0"], "--group-size"),
     (["--algo", "ppo"], "--algo"),
     (["--hierr-weights", "1", "0", "0", "0", "-1"], "--hierr-weights"),
+    (["--algo", "grpo", "--turn-credit", "0.5"], "--turn-credit"),
+    (["--turn-credit", "-1"], "--turn-credit"),
 ])
 def test_bad_flags_name_the_flag(argv, flag, capsys, monkeypatch):
     def offline():
@@ -354,3 +356,109 @@ def test_micro_batches_hold_whole_groups():
     assert cut(6, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
     assert cut(3, 4) == [[0, 1, 2], [3], [4, 5, 6], [7], [8, 9, 10], [11]]   # a group larger than a micro-batch
     assert cut(5, 1) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]
+
+
+# ---------------------------------------------------------------------------------------------
+# --turn-credit (README Eq. 14) in the training loop
+def two_step_world(folder):
+    """One question whose gold is two serial steps, f(x=1) then f(x=2), both recorded."""
+    gold = [[{"name": "f", "arguments": {"x": 1}}], [{"name": "f", "arguments": {"x": 2}}]]
+    resp = [{"name": "f", "arguments": {"x": x}, "response": json.dumps({"y": 40 + x})} for x in (1, 2)]
+    return write_jsonl(folder / "rl2.jsonl", [verl_row(f"f of 1, then f of 2, case {i}?", gold, resp, ["41"])
+                                              for i in range(2)])
+
+
+def fcall(x):
+    return '<tool_call>\n{"name": "f", "arguments": {"x": %d}}\n</tool_call>' % x
+
+
+# member m of each group of 4 says SCRIPTS[m] turn by turn, then the answer: right-right,
+# right-wrong, wrong-right, and one tool turn only
+SCRIPTS = [[fcall(1), fcall(2)], [fcall(1), fcall(3)], [fcall(3), fcall(2)], [fcall(1)]]
+ANSWER = "f gives 41 and 42.<|im_end|>"
+
+
+def scripted_sampling(monkeypatch):
+    """rollout.sample replaced by SCRIPTS (row j of a rollout batch is member j % 4); the cache it
+    hands back is (row, turn). The policy's real log-probs come from --old-logprobs recompute."""
+    import rollout as ro
+    seen = {}
+    real = train.rollout
+
+    def spy(model, tok, *args, **kw):
+        seen["tok"] = tok
+        return real(model, tok, *args, **kw)
+
+    def sample(model, kvs, pending, budgets, *args, **kw):
+        out = []
+        for j, kv in enumerate(kvs):
+            row, turn = (j, 0) if kv is None else (kv[0], kv[1] + 1)
+            script = SCRIPTS[row % len(SCRIPTS)]
+            ids = seen["tok"].encode(script[turn] if turn < len(script) else ANSWER, add_special_tokens=False)
+            out.append((ids[:budgets[j]], [0.0] * min(len(ids), budgets[j]), (row, turn)))
+        return out
+    monkeypatch.setattr(train, "rollout", spy)
+    monkeypatch.setattr(ro, "sample", sample)
+
+
+def turn_conflict_loop(rows):
+    """Reference for the logged turn_conflict of one step: Â_{i,k} by a plain loop over the
+    rollouts' logged r_turn (turn k of each group over the rollouts that have it), then the share
+    of the nonzero ones whose sign is opposite to the rollout's adv_tool."""
+    from test_advantage import norm_loop
+    K = max(len(r["r_turn"]) for r in rows)
+    n = conflict = 0
+    for k in range(K):
+        x = [r["r_turn"][k] if k < len(r["r_turn"]) else 0.0 for r in rows]
+        adv = norm_loop(x, [k < len(r["r_turn"]) for r in rows], [r["group"] for r in rows])
+        n += sum(v != 0 for v in adv)
+        conflict += sum(v * r["adv_tool"] < 0 for v, r in zip(adv, rows))
+    return conflict / n
+
+
+@pytest.mark.slow
+def test_turn_credit_zero_is_slca_bit_for_bit_and_a_half_trains_otherwise(tmp_path, monkeypatch):
+    scripted_sampling(monkeypatch)
+    argv = ["--data", two_step_world(tmp_path), "--sft-data", "", "--eval-data", "", "--tiny-size", "32", "1", "2",
+            "--steps", "2", "--group-size", "4", "--prompts-per-step", "2", "--mini-batch", "1",
+            "--max-turns", "3", "--lr", "1e-3", "--old-logprobs", "recompute"]
+    timing = ("rollout_tok_s", "train_tok_s", "t_rollout", "t_train", "elapsed")
+    runs, logged, finals = {}, {}, {}
+    from transformers import AutoModelForCausalLM
+    for name, extra in (("off", []), ("zero", ["--turn-credit", "0"]), ("half", ["--turn-credit", "0.5"]),
+                        ("grpo", ["--algo", "grpo"])):
+        out = tmp_path / name
+        train.main(argv + extra + ["--out", str(out)])
+        runs[name] = [{k: v for k, v in json.loads(l).items() if k not in timing} for l in open(out / "metrics.jsonl")]
+        logged[name] = [json.loads(l) for l in open(out / "rollouts.jsonl")]
+        finals[name] = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
+    assert runs["off"] == runs["zero"] and logged["off"] == logged["zero"]  # every number, loss included
+    assert all(torch.equal(v, finals["zero"][k]) for k, v in finals["off"].items())
+    assert [m["loss"] for m in runs["half"]] != [m["loss"] for m in runs["off"]]
+    assert any(not torch.equal(v, finals["half"][k]) for k, v in finals["off"].items())
+    # the scripts make two tool turns (one for member 3) that gold step k scores apart
+    first = [r for r in logged["off"] if r["step"] == 0]
+    assert [len(r["r_turn"]) for r in first] == [2, 2, 2, 1] * 2
+    assert [r["r_turn"][0] == 1.0 for r in first[:4]] == [True, True, False, True]
+    for name in ("off", "half", "grpo"):
+        for step, m in enumerate(runs[name]):
+            rows = [r for r in logged[name] if r["step"] == step]
+            assert m["turn_conflict"] == pytest.approx(turn_conflict_loop(rows)), (name, step)
+    assert runs["grpo"][0]["turn_conflict"] == runs["off"][0]["turn_conflict"]  # the same first rollouts
+
+
+def test_turn_table_presence_needs_one_run_per_turn():
+    mask = torch.tensor([[0, 1, 1, 0, 1, 0, 1],    # two tool turns and the summary: present
+                         [0, 1, 0, 1, 1, 0, 0],    # three turns logged, two runs (a turn sampled nothing)
+                         [0, 0, 0, 0, 0, 0, 0],    # dropped: its mask was zeroed
+                         [0, 1, 1, 1, 0, 0, 0]])   # summary only: no tool turn
+    r, present = train.turn_table([[0.5, 1.0], [0.25, 0.75], [1.0], []], mask)
+    assert r.tolist() == [[0.5, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]
+    assert present.tolist() == [[True, True], [False, False], [False, False], [False, False]]
+    assert [t.shape for t in train.turn_table([[], []], mask[:2])] == [(2, 0), (2, 0)]
+
+
+def test_turn_stats_count_nonzero_turns_and_opposite_signs():
+    adv_turn = torch.tensor([[0.7, -0.7], [-0.7, 0.0], [0.0, 0.0], [0.5, 0.2]])
+    adv_tool = torch.tensor([1.0, 1.0, -1.0, 0.0])
+    assert train.turn_stats(adv_turn, adv_tool) == {"turn_n": 5.0, "turn_conflict": 2.0}
