@@ -102,6 +102,8 @@ FAILED = "Error when executing tool: "  # check 5
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 MAX_TOKENS = 4096  # per simulated answer: the release's max_new_tokens (toucan_tool_config.yaml)
 MAX_CALLS = 20     # calls answered per turn: the release's max_parallel_calls (train_slca_grpo.sh)
+SCHEMA_CHECKS = ("full", "light")  # check 4 on, or stopping at check 3 (the released code's); the first is the default
+MALFORMED = ("end", "answer")       # what a block that does not parse does (module doc); the first is the default
 PATTERN_SECONDS = 0.2  # ours: time for all schema `pattern` matches of one call (catastrophic backtracking)
 MAX_STEPS = 10_000     # ours: keyword evaluations in a call's schema check (shipped tools: < 100; 60 props: 1,500)
 SCHEMA_SECONDS = 2.0   # ours: wall-time backstop of a call's check; the step budget (deterministic) ends it first
@@ -347,10 +349,10 @@ class Simulator:
     """backend "replay" | "llm" (needs `client`); schema_check "full" | "light"; malformed
     "end" | "answer"; see the module doc."""
 
-    def __init__(self, backend="replay", client=None, schema_check="full", ablate=False, max_chars=2048,
-                 temperature=0.6, retries=3, cache_dir=None, max_tokens=MAX_TOKENS, malformed="end",
+    def __init__(self, backend="replay", client=None, schema_check=SCHEMA_CHECKS[0], ablate=False, max_chars=2048,
+                 temperature=0.6, retries=3, cache_dir=None, max_tokens=MAX_TOKENS, malformed=MALFORMED[0],
                  max_calls=MAX_CALLS):
-        assert backend in ("replay", "llm") and schema_check in ("full", "light") and malformed in ("end", "answer")
+        assert backend in ("replay", "llm") and schema_check in SCHEMA_CHECKS and malformed in MALFORMED
         assert backend == "replay" or client is not None, "the llm backend needs a client (llm.py)"
         self.backend, self.client, self.schema_check, self.ablate = backend, client, schema_check, ablate
         self.max_chars, self.temperature, self.retries, self.max_tokens = max_chars, temperature, retries, max_tokens
