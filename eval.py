@@ -1,6 +1,7 @@
 """Evaluation: in-domain Toucan metrics, BFCL V3, τ²-Bench, plots and run aggregation (SPEC §9).
 
     python eval.py toucan --model M --out out/toucan.jsonl            # greedy rollouts, HierR metrics
+    python eval.py toucan --model runs/slca-s0/final --out out/t.jsonl   # that run's "after RL" row, its settings
     python eval.py bfcl   --model M --out out/bfcl.jsonl              # bench/bfcl.py
     python eval.py tau2   --model M --user-model U --out out/tau2.jsonl   # bench/tau2.py
     python eval.py plot   runs/slca-s0 runs/grpo-s0 --out out/plots     # bench/plots.py
