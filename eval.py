@@ -1,6 +1,7 @@
 """Evaluation: in-domain Toucan metrics, BFCL V3, τ²-Bench, plots and run aggregation (docs/method.md §9).
 
     python eval.py toucan --model M --out out/toucan.jsonl            # greedy rollouts, HierR metrics
+    python eval.py toucan --model runs/slca-s0/final --out out/t.jsonl   # that run's "after RL" row, its settings
     python eval.py bfcl   --model M --out out/bfcl.jsonl              # bench/bfcl.py
     python eval.py tau2   --model M --user-model U --out out/tau2.jsonl   # bench/tau2.py
     python eval.py plot   runs/slca-s0 runs/grpo-s0 --out out/plots     # bench/plots.py
@@ -8,8 +9,23 @@
 
 toucan: greedy rollouts on an eval split (rollout.py), answered by the simulator (SGLS with
 --sim-url, or replay offline) and scored by HierR with the judge (--judge-url, or the offline
-facts judge) on the real tool responses (Rollout.responses). Metrics, overall and per
-parallel_type:
+facts judge) on the real tool responses (Rollout.responses). It is `evaluate`, the function
+train.py's before/after-RL table calls, with the same caps: --max-turns, --max-tool-rounds
+(6, the release's), --max-tokens, prompts over --max-prompt-tokens dropped (after --limit),
+float32 weights computing in --dtype, the default HierR weights and λs. Given a run's model
+(RUN/final, or RUN/sft for the "before RL" row), the run's config.json supplies every
+setting the two share (--run-config auto): its eval split and limit (--data, --limit), its
+--gen-batch (--batch-size), the caps, --dtype, --strict-calls, --summary-gate, the
+simulator's flags (--sim-*, --schema-check, --no-sgls, --malformed) and the judge's
+(--judge-*); flags given on the command line win. So, from the folder the run was started in
+(its data paths are relative to it),
+
+    python eval.py toucan --model runs/slca-s0/final --out out/slca-s0.jsonl
+
+prints the run's "after RL" row exactly, for a single-process run with a deterministic
+simulator and judge (replay or a warm --sim-cache; the facts judge or a greedy one): a
+sampled LLM simulator, or a multi-process run (FSDP gathers its weights in --dtype), give
+other numbers. Metrics, overall and per parallel_type:
 
     Name F1          mean of the name part of Eq. 2;   ArgMatch  mean of (key + value) / 2
     Process          mean S_process (0 on an omission, Eq. 4)
@@ -66,12 +82,17 @@ from tqdm import tqdm
 
 import llm
 import rewards
+from data import MAX_PROMPT_TOKENS, drop_long
 from llm import load_policy
-from rollout import rollout
+from parallel import autocast
+from rollout import MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, prompt_ids, rollout
+from simulator import MALFORMED, SCHEMA_CHECKS, Simulator
 
 THRESHOLDS = (0.7, 0.8, 0.9, 1.0)  # the release's success@ / tool_success@ levels (rl/slca_grpo/reward_fn.py)
 SUCCESS = 0.9                      # docs/method.md §9: the headline Success@0.9
 MIB = 1 << 20                      # bytes read from each end of a file for its digest
+RUN_FLAGS = {"data": "eval_data", "limit": "eval_limit", "batch_size": "gen_batch"}  # toucan flag -> train.py's name
+NOT_FROM_RUN = ("bench", "model", "out", "device", "run_config")  # toucan flags a run's config never sets
 INSTALL = ("pip install -r requirements-bench.txt && pip install --no-deps -r requirements-bench-nodeps.txt")
 
 
@@ -220,27 +241,30 @@ def summarize(scores):
     return {"all": table(scores), **{k: table(v) for k, v in sorted(by_type.items())}, **bonus}
 
 
-def evaluate(model, tok, tasks, simulator, judge, batch_size=64, max_turns=10, max_tokens=8192):
-    """Greedy rollouts on `tasks`; returns (summary, per-task scores, rollouts)."""
-    rs = rollout(model, tok, tasks, simulator, temperature=0.0, max_turns=max_turns,
-                 max_tokens=max_tokens, batch_size=batch_size)
-    scores = score_rollouts(rs, judge)
-    return summarize(scores), scores, rs
+def evaluate(model, tok, tasks, simulator, judge, batch_size=64, max_turns=MAX_TURNS, max_tokens=MAX_TOKENS,
+             max_tool_rounds=MAX_TOOL_ROUNDS, strict=False, gate=rewards.GATES[0]):
+    """The Toucan evaluation, the one that train.py's before/after-RL rows and `eval.py toucan`
+    both run: greedy rollouts on `tasks` (`batch_size` per generate call; caps as rollout.py's,
+    `max_tool_rounds` 0 = no cap), scored by score_rollouts with the default HierR weights and
+    λ_tool = λ_sum = 1 whatever the training used (`strict` and `gate` as there). Returns
+    (per-task scores, rollouts); summarize(scores) is the table. The caller picks the task set
+    (data.drop_long for the long-prompt filter) and the compute dtype (parallel.autocast)."""
+    rs = rollout(model, tok, tasks, simulator, temperature=0.0, max_turns=max_turns, max_tokens=max_tokens,
+                 batch_size=batch_size, max_tool_rounds=max_tool_rounds or None)
+    return score_rollouts(rs, judge, strict=strict, gate=gate, tok=tok), rs
 
 
-def run_toucan(model, tok, tasks, simulator, judge, batch_size=64, max_turns=10, max_tokens=8192,
-               out_jsonl=None, fingerprint=None):
-    """evaluate() on `batch_size` tasks at a time; each task's record (id = its index in
-    `tasks`, scores, turns) is appended to out_jsonl, and tasks already there (made under
-    `fingerprint`) are skipped. Returns (summary, records)."""
+def run_toucan(model, tok, tasks, simulator, judge, out_jsonl=None, fingerprint=None, batch_size=64, **settings):
+    """evaluate() (`settings`: its other keywords) on `batch_size` tasks at a time; each task's
+    record (id = its index in `tasks`, scores, turns) is appended to out_jsonl, and tasks
+    already there (made under `fingerprint`) are skipped. Returns (summary, records)."""
     done = {r["id"]: r for r in resume(out_jsonl, fingerprint)}
     records = [done[i] for i in range(len(tasks)) if i in done]
     todo = [i for i in range(len(tasks)) if i not in done]
     with tqdm(total=len(tasks), initial=len(records), desc="toucan", dynamic_ncols=True) as bar:
         for s in range(0, len(todo), batch_size):
             ids = todo[s:s + batch_size]
-            _, scores, rs = evaluate(model, tok, [tasks[i] for i in ids], simulator, judge, batch_size,
-                                     max_turns, max_tokens)
+            scores, rs = evaluate(model, tok, [tasks[i] for i in ids], simulator, judge, batch_size, **settings)
             rows = [{"id": i, "question": r.task.question, **sc, "turns": r.turns}
                     for i, sc, r in zip(ids, scores, rs)]
             append_jsonl(out_jsonl, rows)
@@ -327,7 +351,10 @@ def fingerprint(a):
     fp = {"bench": a.bench, "dtype": a.dtype, "max_tokens": a.max_tokens}
     if a.bench == "toucan":
         return {**fp, "model": ident(a.model), "data": ident(a.data), "max_turns": a.max_turns,
+                "max_tool_rounds": a.max_tool_rounds, "max_prompt_tokens": a.max_prompt_tokens,
+                "strict_calls": a.strict_calls, "summary_gate": a.summary_gate,
                 "sim": [a.sim_backend or ("llm" if who(a, "sim") else "replay"), who(a, "sim")],
+                "schema_check": a.schema_check, "no_sgls": a.no_sgls, "malformed": a.malformed,
                 "judge": who(a, "judge") or "facts"}
     fp.update(agent=who(a, "agent"), framing=a.framing, temperature=a.temperature)
     if a.bench == "bfcl":
@@ -351,6 +378,25 @@ def role_generate(a, role, max_tokens, temperature, framing, keep_system, loaded
     return local_generate(*loaded[name], a.batch_size, max_tokens, temperature, framing, keep_system)
 
 
+def run_config(model, path="auto"):
+    """The train.py config (its config.json: every flag's value) that `path` names; {} for "none",
+    and for "auto" unless `model` is a run's final/ or sft/ folder (one holding run.json, inside
+    the folder holding config.json)."""
+    if path == "auto":
+        path = os.path.join(model, os.pardir, "config.json")
+        if not (os.path.isfile(os.path.join(model, "run.json")) and os.path.isfile(path)):
+            return {}
+    if path == "none":
+        return {}
+    try:
+        config = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--run-config {path}: {e}") from None
+    if not isinstance(config, dict):
+        raise SystemExit(f"--run-config {path}: not a train.py config (a JSON object)")
+    return config
+
+
 def get_args(argv=None):
     fmt = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}
     p = argparse.ArgumentParser(description="Evaluate a policy (docs/method.md §9), plot or aggregate runs",
@@ -368,14 +414,27 @@ def get_args(argv=None):
         return s
 
     t = bench("toucan", "greedy rollouts on an eval split, HierR metrics", 64, "tasks per generate call",
-              8192, "response tokens per trajectory (docs/method.md §6)")
+              MAX_TOKENS, "response tokens per trajectory, observations included")
     t.add_argument("--model", required=True, help="hub name or local folder")
+    t.add_argument("--run-config", default="auto",
+                   help="a train.py config.json whose settings become this command's defaults; auto = the "
+                        "run's when --model is a run's final/ or sft/ folder; none = the defaults shown")
     t.add_argument("--data", default="data/world/eval.jsonl")
     t.add_argument("--limit", type=int, default=None, help="first N tasks only")
-    t.add_argument("--max-turns", type=int, default=10,
-                   help="assistant turns per trajectory (docs/method.md §6)")
+    t.add_argument("--max-prompt-tokens", type=int, default=MAX_PROMPT_TOKENS,
+                   help="longer prompts are dropped (the release's), after --limit")
+    t.add_argument("--max-turns", type=int, default=MAX_TURNS, help="assistant turns per trajectory")
+    t.add_argument("--max-tool-rounds", type=int, default=MAX_TOOL_ROUNDS,
+                   help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
+    t.add_argument("--strict-calls", action="store_true", help="as train.py's (rewards.score's strict)")
+    t.add_argument("--summary-gate", choices=rewards.GATES, default=rewards.GATES[0], help="as train.py's")
     t.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
                    help="default: llm when a sim client is set, else replay")
+    t.add_argument("--schema-check", choices=SCHEMA_CHECKS, default=SCHEMA_CHECKS[0],
+                   help="as train.py's")
+    t.add_argument("--no-sgls", action="store_true", help="as train.py's: no tool definition, no checks 2-4")
+    t.add_argument("--malformed", choices=MALFORMED, default=MALFORMED[0], help="as train.py's")
+    t.add_argument("--sim-cache", default=None, help="folder for the simulator's answer cache")
     llm.add_client_flags(t, "sim")
     llm.add_client_flags(t, "judge")
 
@@ -415,6 +474,11 @@ def get_args(argv=None):
     m.add_argument("summaries", nargs="+", help="<out>.summary.json files (or their .jsonl result files)")
     m.add_argument("--out", default=None, help="write the table as JSON here")
     a = p.parse_args(argv)
+    if a.bench == "toucan":  # again, with the run's settings as the defaults: flags given still win
+        config = run_config(a.model, a.run_config)
+        t.set_defaults(**{d: config[RUN_FLAGS.get(d, d)] for d in vars(a)
+                          if d not in NOT_FROM_RUN and config.get(RUN_FLAGS.get(d, d)) not in (None, "")})
+        a = p.parse_args(argv)
     if a.bench not in ("plot", "aggregate"):
         import torch
         a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -447,16 +511,20 @@ def main(argv=None):
     resume(a.out, fp)  # a mismatch stops here, before any model loads
     if a.bench == "toucan":
         from data import load_tasks
-        from simulator import Simulator
 
-        model, tok = load_policy(a.model, a.dtype, a.device)
-        tasks = load_tasks(a.data)[:a.limit]
+        model, tok = load_policy(a.model, "float32", a.device)  # float32 weights computing in --dtype, as train.py
+        tasks, dropped = drop_long(load_tasks(a.data)[:a.limit], lambda t: len(prompt_ids(tok, t)), a.max_prompt_tokens)
+        if dropped:
+            print(f"dropped {dropped} prompts over --max-prompt-tokens {a.max_prompt_tokens}")
         sim_client = llm.client_from_args(a, "sim")
-        sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client)
+        sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
+                        schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed)
         judge_client = llm.client_from_args(a, "judge")
         judge = llm.LLMJudge(judge_client) if judge_client else rewards.FactsJudge()
-        summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.batch_size, a.max_turns, a.max_tokens,
-                                a.out, fp)
+        with autocast(a):
+            summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.out, fp, a.batch_size,
+                                    max_turns=a.max_turns, max_tokens=a.max_tokens, max_tool_rounds=a.max_tool_rounds,
+                                    strict=a.strict_calls, gate=a.summary_gate)
         print(format_table(summary))
         print(text_table(summary, LEVELS, width=12))
     elif a.bench == "bfcl":

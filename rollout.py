@@ -71,6 +71,7 @@ from tiny import with_tools
 
 MAX_TURNS = 10       # docs/method.md §6: assistant turns per trajectory
 MAX_TOKENS = 8192    # docs/method.md §6: response tokens per trajectory, observations included
+MAX_TOOL_ROUNDS = 6  # answered tool rounds per trajectory in train.py and eval.py (the release's max_user_turns)
 MARK = 0xF0000       # first code point of Unicode plane 15 (private use): placeholders for special tokens
 
 

@@ -25,7 +25,8 @@ step as a JSON list in one block. The helpers read policy text the way the relea
 - `parse_block` turns one body into `Call`s: malformed text becomes a `Call` whose `error`
   says what is wrong, ready to be shown to the policy ("Error: " + error) or counted as an
   invalid block. JSON goes through `loads`, so deep nesting, huge integers or megabytes of
-  text are an error, not an exception.
+  text are an error, not an exception. It is the one tool-call parser: the reward reads
+  blocks with it, and the simulator too (`drop_malformed`, the release's Hermes parser).
 - `encodable` makes untrusted text safe to hand to a tokenizer. A Python string can hold a
   lone surrogate (U+D800-U+DFFF: `json.loads('"\\ud800"')` makes one, so a tool call's name,
   an endpoint's JSON reply or a data row can carry it), which UTF-8, and therefore every HF
@@ -199,7 +200,7 @@ class Call:
     failed: bool = False
 
 
-def parse_block(body, string_args=True):
+def parse_block(body, string_args=True, drop_malformed=False):
     """Parse one block body into a list of Calls; never raises.
 
     A body is a JSON object (one call) or a JSON list (a parallel step). Each call has a
@@ -208,21 +209,34 @@ def parse_block(body, string_args=True):
     `string_args`, arguments given as a JSON string are decoded (the simulator accepts them);
     without it they are an error (the format reward's rule). A body that is not JSON gives one
     Call carrying the error; "[]" gives no call.
+
+    `drop_malformed` reads the body as the release's Hermes parser (verl tool_parser.py), the
+    simulator's default: the body is parsed as it is (not stripped), and what does not parse
+    is no call rather than an error Call: a body that is not JSON, or JSON that is neither an
+    object nor a list, and an item that is not an object or whose "name" is not a string (an
+    empty name is kept). Its arguments are `arguments or parameters`, {} only when that is
+    null or missing: a falsy `parameters` ("", [], 0) stays and is an argument error.
     """
     try:
-        obj = loads(body.strip())
+        obj = loads(body if drop_malformed else body.strip())
     except ValueError as e:
-        return [Call(error=f"Invalid tool call format - {e}")]
+        return [] if drop_malformed else [Call(error=f"Invalid tool call format - {e}")]
     if not isinstance(obj, (dict, list)):
-        return [Call(error="Invalid tool call format - expected a JSON object or list")]
-    return [_parse_call(item, string_args) for item in (obj if isinstance(obj, list) else [obj])]
+        return [] if drop_malformed else [Call(error="Invalid tool call format - expected a JSON object or list")]
+    items = obj if isinstance(obj, list) else [obj]
+    if drop_malformed:
+        items = [item for item in items if isinstance(item, dict) and isinstance(item.get("name"), str)]
+    return [_parse_call(item, string_args, drop_malformed) for item in items]
 
 
-def _parse_call(item, string_args):
-    if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
+def _parse_call(item, string_args, keep_falsy):
+    """One item as a Call; `keep_falsy`: only a null or missing `parameters` becomes {} (the release's)."""
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not (item["name"] or keep_falsy):
         return Call(error='Invalid tool call format - each call needs a non-empty string "name"')
     name = item["name"]
-    args = item.get("arguments") or item.get("parameters") or {}
+    args = item.get("arguments") or item.get("parameters")
+    if args is None or not (args or keep_falsy):
+        args = {}
     if isinstance(args, str) and string_args:
         try:
             args = loads(args)

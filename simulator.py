@@ -7,14 +7,15 @@ text (< 1 s on 1 MB).
 
 Parsing (`parse_calls`). Think blocks are dropped first (segment.strip_think, as in
 rewards.py), then every complete `<tool_call>...</tool_call>` body is read (segment.py's
-linear helpers; JSON through segment.loads, bounded). `malformed` picks the parser:
-- "end" (default): the release's Hermes parser (verl tool_parser.py). A body is a JSON
-  object (one call) or a list (a parallel step); a body that is not JSON (or a block never
+linear helpers; JSON through segment.loads, bounded), and each body goes to the one call
+parser, segment.parse_block; `malformed` picks its mode:
+- "end" (default; `drop_malformed=True`): the release's Hermes parser (verl tool_parser.py).
+  A body is a JSON object (one call) or a list (a parallel step); a body that is not JSON (or a block never
   closed) yields no call, and so does an item that is not an object or whose "name" is not
   a string (an empty name is kept; check 2 rejects it). The arguments are "arguments", or
   "parameters" when "arguments" is missing or empty, else {}; a JSON string is decoded. A
   turn with no call at all gets ([], []) and rollout.py ends the trajectory there.
-- "answer" (the project's earlier behaviour): segment.parse_block, where each malformed
+- "answer" (the project's earlier behaviour): parse_block's default mode, where each malformed
   block or item is a Call with an error, shown as "Error: " + error, and a turn that opens
   `<tool_call>` but yields no call gets one Call(error=NO_CALL); the trajectory goes on.
 Only the first `max_calls` (20, the release's max_parallel_calls) calls of a turn are kept.
@@ -101,6 +102,8 @@ FAILED = "Error when executing tool: "  # check 5
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 MAX_TOKENS = 4096  # per simulated answer: the release's max_new_tokens (toucan_tool_config.yaml)
 MAX_CALLS = 20     # calls answered per turn: the release's max_parallel_calls (train_slca_grpo.sh)
+SCHEMA_CHECKS = ("full", "light")  # check 4 on, or stopping at check 3 (the released code's); the first is the default
+MALFORMED = ("end", "answer")       # what a block that does not parse does (module doc); the first is the default
 PATTERN_SECONDS = 0.2  # ours: time for all schema `pattern` matches of one call (catastrophic backtracking)
 MAX_STEPS = 10_000     # ours: keyword evaluations in a call's schema check (shipped tools: < 100; 60 props: 1,500)
 SCHEMA_SECONDS = 2.0   # ours: wall-time backstop of a call's check; the step budget (deterministic) ends it first
@@ -299,35 +302,11 @@ def parse_calls(text, malformed="end", limit=None):
     for body in find_blocks(text):
         if limit is not None and len(calls) >= limit:
             break
-        if malformed == "answer":  # the project's parser: errors become calls
-            calls += parse_block(body, string_args=True)
-            continue
-        try:  # the release's Hermes parser: what does not parse is dropped
-            obj = loads(body)
-        except ValueError:
-            continue
-        items = [obj] if isinstance(obj, dict) else obj if isinstance(obj, list) else []
-        calls += [_call(item) for item in items if isinstance(item, dict) and isinstance(item.get("name"), str)]
+        # "end": the release's Hermes parser, what does not parse is dropped; "answer": errors become calls
+        calls += parse_block(body, string_args=True, drop_malformed=malformed == "end")
     if malformed == "answer" and not calls and OPEN in text:
         calls.append(Call(error=NO_CALL))
     return calls[:limit]
-
-
-def _call(item):
-    """One item of a block as the release reads it (tool_parser.py, then the agent loop's json.loads)."""
-    name = item["name"]
-    args = item.get("arguments") or item.get("parameters")  # the release's rule: empty "arguments" falls through
-    if args is None:
-        args = {}
-    if isinstance(args, str):
-        try:
-            args = loads(args)
-        except ValueError as e:
-            return Call(name, error=f"Invalid tool arguments format - {e}")
-    if not isinstance(args, dict):
-        return Call(name, error=f"Invalid tool arguments format - arguments must be a JSON object, "
-                                f"got {type(args).__name__}")
-    return Call(name, args)
 
 
 def canonical(name, arguments):
@@ -370,10 +349,10 @@ class Simulator:
     """backend "replay" | "llm" (needs `client`); schema_check "full" | "light"; malformed
     "end" | "answer"; see the module doc."""
 
-    def __init__(self, backend="replay", client=None, schema_check="full", ablate=False, max_chars=2048,
-                 temperature=0.6, retries=3, cache_dir=None, max_tokens=MAX_TOKENS, malformed="end",
+    def __init__(self, backend="replay", client=None, schema_check=SCHEMA_CHECKS[0], ablate=False, max_chars=2048,
+                 temperature=0.6, retries=3, cache_dir=None, max_tokens=MAX_TOKENS, malformed=MALFORMED[0],
                  max_calls=MAX_CALLS):
-        assert backend in ("replay", "llm") and schema_check in ("full", "light") and malformed in ("end", "answer")
+        assert backend in ("replay", "llm") and schema_check in SCHEMA_CHECKS and malformed in MALFORMED
         assert backend == "replay" or client is not None, "the llm backend needs a client (llm.py)"
         self.backend, self.client, self.schema_check, self.ablate = backend, client, schema_check, ablate
         self.max_chars, self.temperature, self.retries, self.max_tokens = max_chars, temperature, retries, max_tokens

@@ -48,9 +48,10 @@ metrics (summed), the eval scores and the rollout records (gathered to rank 0). 
 prints and writes files.
 
 Outputs in --out: config.json, metrics.jsonl (one line per SFT and RL step), rollouts.jsonl
-(every rollout), eval.jsonl, sft/ (the SFT result), ckpt/step-N/ (the last --keep checkpoints:
-weights, optimizer, every rank's RNG states, the data order and position, each log's length,
-the config) and final/ (a Hugging Face folder). A rerun never truncates an earlier run's
+(every rollout), eval.jsonl (the before/after-RL rows: eval.evaluate, which `python eval.py
+toucan --model <out>/final` reruns with this config), sft/ (the SFT result), ckpt/step-N/ (the
+last --keep checkpoints: weights, optimizer, every rank's RNG states, the data order and
+position, each log's length, the config) and final/ (a Hugging Face folder). A rerun never truncates an earlier run's
 files: a non-empty --out needs --resume (continue from the newest checkpoint that reads back;
 each log is cut back to its length at that checkpoint, so every step appears once; a finished
 run, one with final/, says so and trains nothing) or --overwrite (start afresh).
@@ -87,17 +88,17 @@ import llm
 import rewards
 from advantage import TURN_CREDIT, group_normalize, route, route_turns, slca_advantages, toolpo_advantages, turn_advantages
 from data import MAX_PROMPT_TOKENS, DataError, drop_long, load_sft, load_tasks, release_files
-from eval import format_table, score_rollouts, summarize
+from eval import evaluate, format_table, score_rollouts, summarize
 from llm import load_policy
 from parallel import (LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, gather, gathered,
                       load_state, lock, read_json, resume_point, save_checkpoint, save_final, set_rng_state,
                       setup_dist, shard, world, writing)
 from logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from loss import policy_loss
-from rollout import collate, prompt_ids, rollout
+from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, collate, prompt_ids, rollout
 from segment import run_index, take_unencodable
 from sft import optimizer_step, warm_start
-from simulator import Simulator
+from simulator import MALFORMED, SCHEMA_CHECKS, Simulator
 
 # ---------------------------------------------------------------------------------------------
 # presets: the paper's recipe (docs/method.md §7) for a named model, a CPU-sized one for the embedded demo
@@ -168,9 +169,9 @@ def get_args(argv=None):
     g.add_argument("--weight-decay", type=num, default=0.01, help="AdamW weight decay of the RL updates")
     g.add_argument("--grad-clip", type=num, default=1.0)
     g.add_argument("--temperature", type=num, default=1.0, help="rollout sampling temperature")
-    g.add_argument("--max-turns", type=int, default=10,
+    g.add_argument("--max-turns", type=int, default=MAX_TURNS,
                    help="assistant turns per trajectory (docs/method.md §6)")
-    g.add_argument("--max-tool-rounds", type=int, default=6,
+    g.add_argument("--max-tool-rounds", type=int, default=MAX_TOOL_ROUNDS,
                    help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
     g.add_argument("--max-tokens", type=int, default=None, help="response tokens per trajectory, observations included")
     g.add_argument("--gen-batch", type=int, default=64,
@@ -209,7 +210,7 @@ def get_args(argv=None):
     g = p.add_argument_group("simulator and judge (docs/method.md §5, §2.2)")
     g.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
                    help="default: llm when a sim client is set, else replay")
-    g.add_argument("--schema-check", choices=["full", "light"], default=None,
+    g.add_argument("--schema-check", choices=SCHEMA_CHECKS, default=None,
                    help="full = JSON-Schema validation after check 3; light = stop at check 3 (the released code's)")
     g.add_argument("--summary-gate", choices=rewards.GATES, default=rewards.GATES[0],
                    help="what opens S_sum and what the judge rates: real = the final turn (none when it holds a "
@@ -221,7 +222,7 @@ def get_args(argv=None):
                         "does (the failure's error text stays in the trajectory, a failed rating scores 0); "
                         "--max-fail-rate still applies")
     g.add_argument("--no-sgls", action="store_true", help="'w/o SGLS': no tool definition, no checks 2-4")
-    g.add_argument("--malformed", choices=["end", "answer"], default="end",
+    g.add_argument("--malformed", choices=MALFORMED, default=MALFORMED[0],
                    help="a block that is not JSON or never closed: end = no call, the trajectory ends (the "
                         "release's parser); answer = an error observation and the trajectory goes on")
     g.add_argument("--sim-cache", default=None, help="folder for the simulator's answer cache")
@@ -718,13 +719,15 @@ def run(a, rank, tasks, evals, convs, got):
         ref.requires_grad_(False)
 
     def run_eval(label, step):
+        """eval.evaluate on the eval split (what `eval.py toucan --model <out>/final` reruns), rank r taking
+        prompts r, r + world, ...; the scores are put back in the split's order before the means."""
         if not evals:
             return None
-        mine = evals[rank::world()]
         with gathered(model.eval()), autocast(a):
-            rs = rollout(model, tok, mine, sim, temperature=0.0, max_turns=a.max_turns, max_tokens=a.max_tokens,
-                         batch_size=a.gen_batch, max_tool_rounds=a.max_tool_rounds or None)
-        summary = summarize(gather(score_rollouts(rs, judge, strict=a.strict_calls, gate=a.summary_gate, tok=tok)))
+            scores, _ = evaluate(model, tok, evals[rank::world()], sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
+                                 a.max_tool_rounds, a.strict_calls, a.summary_gate)
+        mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)
+        summary = summarize([s for _, s in sorted(gather(mine), key=lambda x: x[0])])
         log({"label": label, "step": step, **summary}, "eval")
         if main_rank:
             print(format_table({label: summary["all"]}))

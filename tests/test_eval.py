@@ -130,6 +130,22 @@ def test_bonus_rows_get_the_redundant_call_rate():
     assert "bonus" not in E.summarize(scores[3:])
 
 
+def test_evaluate_caps_tool_rounds_as_train_does():
+    """Issue 17: evaluate (train.py's before/after-RL rows and `eval.py toucan`) caps a trajectory
+    at MAX_TOOL_ROUNDS answered tool rounds, the release's 6; 0 = no cap (then the turn cap)."""
+    from test_rollout import EchoSim, Scripted
+    task = Task(messages=[{"role": "system", "content": "Call tools. row=0"}, {"role": "user", "content": "q?"}],
+                tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+                allowed_tools=["f"], gold=[[{"name": "f", "arguments": {"x": 1}}]], question="q?",
+                parallel_type="single_step_single_tool", facts=["42"])
+    always_call = Scripted(lambda r, t: CALL % 1)
+    scores, rs = E.evaluate(always_call, tokenizer(), [task], EchoSim(), FactsJudge(), max_tokens=4000)
+    assert E.MAX_TOOL_ROUNDS == 6 and rs[0].stop == "tool_rounds" and scores[0]["tool_turns"] == 7
+    scores, rs = E.evaluate(always_call, tokenizer(), [task], EchoSim(), FactsJudge(), max_tokens=4000,
+                            max_tool_rounds=0)
+    assert rs[0].stop == "turns" and scores[0]["tool_turns"] == E.MAX_TURNS
+
+
 # --------------------------------------------------------------------------------------------
 # result files, fingerprints, aggregation
 # --------------------------------------------------------------------------------------------

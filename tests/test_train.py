@@ -462,3 +462,34 @@ def test_turn_stats_count_nonzero_turns_and_opposite_signs():
     adv_turn = torch.tensor([[0.7, -0.7], [-0.7, 0.0], [0.0, 0.0], [0.5, 0.2]])
     adv_tool = torch.tensor([1.0, 1.0, -1.0, 0.0])
     assert train.turn_stats(adv_turn, adv_tool) == {"turn_n": 5.0, "turn_conflict": 2.0}
+
+
+@pytest.mark.slow
+def test_eval_toucan_on_a_runs_models_reproduces_its_before_and_after_rl_rows(world):
+    """Issue 17: `eval.py toucan --model RUN/final` is train.py's eval (eval.evaluate) with the run's
+    settings read from its config.json (the tool-round cap, the long-prompt filter, the budgets, ...),
+    so its metrics are the run's "after RL" row exactly; RUN/sft gives the "before RL" row."""
+    import eval as E
+    tmp, rl, sft_path = world
+    long_q = "What is f of 1? " + "Please be careful. " * 300                 # over --max-prompt-tokens
+    gold = [[{"name": "f", "arguments": {"x": 1}}]]
+    resp = [{"name": "f", "arguments": {"x": 1}, "response": '{"y": 42}'}]
+    evals = write_jsonl(tmp / "eval.jsonl", [json.loads(l) for l in open(rl)] + [verl_row(long_q, gold, resp, ["42"])])
+    out = tmp / "run"
+    train.main(["--data", rl, "--eval-data", evals, "--sft-data", sft_path, "--sft-epochs", "2", "--steps", "1",
+                "--group-size", "2", "--prompts-per-step", "2", "--mini-batch", "1", "--micro-batch", "4",
+                "--max-tokens", "40", "--max-turns", "3", "--max-tool-rounds", "1", "--max-prompt-tokens", "400",
+                "--gen-batch", "3", "--tiny-size", "32", "1", "2", "--out", str(out)])
+    rows = {r["label"]: {k: v for k, v in r.items() if k not in ("label", "step")}
+            for r in map(json.loads, open(out / "eval.jsonl"))}
+    assert rows["after RL"]["all"]["n"] == 4                                 # the long prompt was dropped
+    a = E.get_args(["toucan", "--model", str(out / "final"), "--out", "x"])
+    assert (a.max_tool_rounds, a.max_turns, a.max_tokens, a.max_prompt_tokens, a.batch_size, a.data) == \
+        (1, 3, 40, 400, 3, evals)                                            # the run's, not the flags' defaults
+    assert E.get_args(["toucan", "--model", str(out / "final"), "--out", "x", "--max-turns", "5"]).max_turns == 5
+    assert E.get_args(["toucan", "--model", str(out / "final"), "--out", "x", "--run-config", "none"]).max_turns == \
+        E.MAX_TURNS
+    for folder, label in (("final", "after RL"), ("sft", "before RL")):
+        got = E.main(["toucan", "--model", str(out / folder), "--out", str(tmp / f"toucan-{folder}.jsonl")])
+        got.pop("fingerprint")
+        assert json.loads(json.dumps(got)) == rows[label], label
