@@ -4,7 +4,7 @@
     python eval.py toucan --model runs/slca-s0/final --out out/t.jsonl   # that run's "after RL" row, its settings
     python eval.py bfcl   --model M --out out/bfcl.jsonl              # bench/bfcl.py
     python eval.py tau2   --model M --user-model U --out out/tau2.jsonl   # bench/tau2.py
-    python eval.py plot   runs/slca-s0 runs/grpo-s0 --out out/plots     # bench/plots.py
+    python eval.py plot   runs/slca-s0 runs/grpo-s0 --out out/plots     # lib/plots.py
     python eval.py aggregate out/s0.summary.json out/s1.summary.json out/s2.summary.json
 
 toucan: greedy rollouts on an eval split (rollout.py), answered by the simulator (SGLS with
@@ -37,7 +37,7 @@ other numbers. Metrics, overall and per parallel_type:
     Tool turns       mean assistant turns that call a tool;  Format  mean format part
     judge_failed     share whose judge never answered;  sim_failed  mean calls the simulator
                      never answered
-    bonus            the diagnostic world's marked prompts (data/make_world.py --bonus): the
+    bonus            the diagnostic world's marked prompts (scripts/make_world.py --bonus): the
                      same table plus `redundant` (share that made the marked call the gold
                      does not ask for) and `summary` (mean S_sum)
 
@@ -80,13 +80,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-import llm
+from lib import llm
 import rewards
-from data import MAX_PROMPT_TOKENS, drop_long
-from llm import load_policy
-from parallel import autocast
+from lib.data import MAX_PROMPT_TOKENS, drop_long
+from lib.model import load_policy
+from lib.parallel import autocast
 from rollout import MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, prompt_ids, rollout
 from simulator import MALFORMED, SCHEMA_CHECKS, Simulator
+from lib.files import append_jsonl, read_jsonl
 
 THRESHOLDS = (0.7, 0.8, 0.9, 1.0)  # the release's success@ / tool_success@ levels (rl/slca_grpo/reward_fn.py)
 SUCCESS = 0.9                      # docs/method.md §9: the headline Success@0.9
@@ -94,38 +95,6 @@ MIB = 1 << 20                      # bytes read from each end of a file for its 
 RUN_FLAGS = {"data": "eval_data", "limit": "eval_limit", "batch_size": "gen_batch"}  # toucan flag -> train.py's name
 NOT_FROM_RUN = ("bench", "model", "out", "device", "run_config")  # toucan flags a run's config never sets
 INSTALL = ("pip install -r requirements-bench.txt && pip install --no-deps -r requirements-bench-nodeps.txt")
-
-
-# ---------------------------------------------------------------------------------------------
-# result files
-def read_jsonl(path):
-    """The rows of `path` ([] if it is None or missing); lines that do not parse are dropped."""
-    if path is None or not Path(path).exists():
-        return []
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # empty, or cut by a crash: that item runs again
-                pass
-    return rows
-
-
-def append_jsonl(path, rows):
-    """Append one line per row (nothing if path is None), creating folders as needed."""
-    if path is None:
-        return
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cut = False
-    if path.exists() and path.stat().st_size > 0:
-        with open(path, "rb") as f:
-            f.seek(-1, os.SEEK_END)
-            cut = f.read(1) != b"\n"  # the last line was cut by a crash
-    with open(path, "a") as f:
-        f.write("\n" if cut else "")
-        f.writelines(json.dumps(row) + "\n" for row in rows)
 
 
 def ident(name):
@@ -488,7 +457,7 @@ def get_args(argv=None):
 def main(argv=None):
     a = get_args(argv)
     if a.bench == "plot":
-        from bench import plots
+        from lib import plots
         for path in plots.plot_runs(a.runs, a.out, a.smooth):
             print("wrote", path)
         return None
@@ -510,7 +479,7 @@ def main(argv=None):
     fp = fingerprint(a)
     resume(a.out, fp)  # a mismatch stops here, before any model loads
     if a.bench == "toucan":
-        from data import load_tasks
+        from lib.data import load_tasks
 
         model, tok = load_policy(a.model, "float32", a.device)  # float32 weights computing in --dtype, as train.py
         tasks, dropped = drop_long(load_tasks(a.data)[:a.limit], lambda t: len(prompt_ids(tok, t)), a.max_prompt_tokens)

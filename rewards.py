@@ -29,7 +29,7 @@ release's rules, in more detail than docs/method.md §2 gives them:
   part is then 0 and score = -0.5; the judge is not called. A tag with garbage or `[]` in it
   is not an omission.
 - no allowed tools (empty or None): every part 0, score 0, no omission.
-- bounds the release lacks (segment.loads): a block body or gold string over 1,000,000
+- bounds the release lacks (lib.text.loads): a block body or gold string over 1,000,000
   characters or nested deeper than 64 levels is invalid / no gold; the release parses it
   (or raises, past ~1,000 levels or on a 4,300-digit integer).
 
@@ -50,7 +50,7 @@ text only where dropping one block joins the halves of a new one). A judge is an
 `rate(question, tool_responses, response, facts) -> int | None`; it gets at most
 MAX_JUDGE_CHARS of each text. A rating that is not 1..5 scores 0; a ConnectionError
 (transport failure after retries) scores 0 and sets `judge_failed` so the trainer can drop
-the rollout. `FactsJudge` here is the offline judge, the LLM judge lives in llm.py.
+the rollout. `FactsJudge` here is the offline judge, the LLM judge lives in lib/llm.py.
 
 ToolPO (docs/method.md §3.3, baselines/toolpo/reward_fn_toolpo.py) needs two more rewards, in every
 score dict: r_action = gold calls strictly matched / |gold calls| (greedy one-to-one in gold
@@ -73,7 +73,9 @@ import random
 import re
 from collections import Counter
 
-from segment import CLOSE, OPEN, drop_blocks, find_blocks, loads, parse_block, strip_think
+from segment import CLOSE, OPEN, drop_blocks, find_blocks, parse_block, strip_think
+from lib.data import normalize_gold
+
 
 WEIGHTS = {"format": 0.10, "name": 0.25, "key": 0.15, "value": 0.20, "parallel": 0.30}  # docs/method.md §2.1
 OMISSION_SCORE = -0.5      # docs/method.md §2.3: gold has calls, the response makes none
@@ -82,43 +84,6 @@ MAX_JUDGE_CHARS = 32_768   # per judged text: 8,192 response tokens (docs/method
 BOOLS = {"true": True, "false": False, "1": True, "0": False}  # docs/method.md §2.1 loose_equal
 GATES = ("real", "release")  # what opens S_sum: real tool responses only, or any <tool_response> block (the release's)
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
-
-
-def normalize_gold(gold):
-    """Gold calls in any released form -> nested steps [[{"name": str, "arguments": dict}, ...], ...].
-
-    The release's rules (see the module docstring): a JSON string is parsed (unparsable: no
-    gold); a list whose first item is a list is nested (non-list steps skipped, items that
-    are neither strings nor non-empty dicts dropped), any other list is one flat step (items
-    that are neither strings nor dicts dropped); empty steps are dropped; anything else is no
-    gold. The output is normalized again to itself.
-    """
-    if isinstance(gold, str):
-        try:
-            gold = loads(gold)
-        except ValueError:
-            return []
-    if not isinstance(gold, list) or not gold:
-        return []
-    if isinstance(gold[0], list):
-        steps = [[c for c in s if isinstance(c, str) or (isinstance(c, dict) and c)]
-                 for s in gold if isinstance(s, list)]
-    else:
-        steps = [[c for c in gold if isinstance(c, (str, dict))]]
-    return [[_gold_call(c) for c in s] for s in steps if s]
-
-
-def _gold_call(c):
-    if isinstance(c, str):
-        return {"name": c, "arguments": {}}
-    name, args = c.get("name", ""), c.get("arguments")
-    if isinstance(args, str):
-        try:
-            args = loads(args)
-        except ValueError:
-            args = {}
-    # a name that is not a string can equal no predicted name, and neither can ""
-    return {"name": name if isinstance(name, str) else "", "arguments": args if isinstance(args, dict) else {}}
 
 
 def loose_equal(x, y):

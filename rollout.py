@@ -52,27 +52,25 @@ strings the ids equal the tokenizer's encoding of the rendered template). Non-sp
 tokens (`<tool_call>`, `<tool_response>`, ...) are encoded as the tokenizer always does. Every
 text goes through `plain_ids`, which first replaces lone surrogates (a JSON `"\\ud800"` in a
 tool name, an endpoint reply or a data row; UTF-8 cannot encode them and the tokenizer would
-raise) with U+FFFD and counts them (segment.encodable): the rollout goes on. sft.example
+raise) with U+FFFD and counts them (lib.text.encodable): the rollout goes on. sft.example
 encodes with the same functions.
 
     rs = rollout(model, tok, tasks, simulator)   # one Rollout per task: repeat tasks G times for a group
 """
 import functools
-import re
 import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
-from jinja2 import TemplateError
 from transformers.cache_utils import Cache, DynamicLayer
 
-from segment import CLOSE, OPEN, Call, encodable, segment_masks, strip_think
-from tiny import with_tools
+from segment import CLOSE, OPEN, Call, segment_masks, strip_think
+
+from lib.chat import chat_ids, renders_tools, with_tools
 
 MAX_TURNS = 10       # docs/method.md §6: assistant turns per trajectory
 MAX_TOKENS = 8192    # docs/method.md §6: response tokens per trajectory, observations included
 MAX_TOOL_ROUNDS = 6  # answered tool rounds per trajectory in train.py and eval.py (the release's max_user_turns)
-MARK = 0xF0000       # first code point of Unicode plane 15 (private use): placeholders for special tokens
 
 
 @dataclass
@@ -121,93 +119,9 @@ class Rollout:
         return sum(OPEN in strip_think(t["text"]) for t in self.turns)
 
 
-# ---------------------------------------------------------------------------------------------
-# ids: prompts and tool turns
-def specials(tok):
-    """{special-token string: its placeholder}, longest string first; placeholders are private-use
-    code points from MARK on."""
-    special = sorted((t.content for t in tok.added_tokens_decoder.values() if t.special), key=len, reverse=True)
-    return {s: chr(MARK + k) for k, s in enumerate(special)}
-
-
-def _placeholders(marks):
-    return re.compile(f"[{chr(MARK)}-{chr(MARK + max(len(marks) - 1, 0))}]")
-
-
-def mark(tok, x):
-    """`x` (a string, or dicts and lists of them, keys included) with each special-token string
-    swapped for its placeholder. Placeholders already in `x` are dropped, so data cannot forge one."""
-    marks = specials(tok)
-    find = re.compile("|".join(map(re.escape, marks)) or "(?!)")  # (?!) matches nothing
-    placeholder = _placeholders(marks)
-
-    def walk(x):
-        if isinstance(x, str):
-            return find.sub(lambda m: marks[m[0]], placeholder.sub("", x))
-        if isinstance(x, dict):
-            return {walk(k): walk(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [walk(v) for v in x]
-        return x
-    return walk(x)
-
-
-def render(tok, messages, tools=None, add_generation_prompt=True):
-    """The chat template's text for `mark`ed messages and tools: every special-token string left in
-    it is the template's own markup."""
-    return tok.apply_chat_template(mark(tok, messages), tools=mark(tok, tools), tokenize=False,
-                                   add_generation_prompt=add_generation_prompt)
-
-
-def plain_ids(tok, texts):
-    """Ids of each untrusted text as plain text, in one batched tokenizer call: made encodable
-    first (segment.encodable: a lone surrogate becomes U+FFFD instead of a TypeError out of the
-    tokenizer), and a special-token string in it encoded as text. Every untrusted text this
-    module, sft.py and bench/models.py tokenize goes through here."""
-    if not texts:
-        return []
-    return tok([encodable(t) for t in texts], add_special_tokens=False, split_special_tokens=True)["input_ids"]
-
-
-def template_ids(tok, texts):
-    """Ids of each text made by `render` (or `mark`): its special-token strings become special
-    ids, the rest, placeholders turned back into their strings, is `plain_ids`."""
-    marks = specials(tok)
-    unmark = {m: s for s, m in marks.items()}
-    find, placeholder = "|".join(map(re.escape, marks)) or "(?!)", _placeholders(marks)
-    parts = [re.split(f"({find})", t) for t in texts]  # odd pieces: the template's special tokens
-    plain = iter(plain_ids(tok, [placeholder.sub(lambda m: unmark.get(m[0], ""), x) for p in parts for x in p[::2]]))
-    return [[i for k, x in enumerate(p) for i in ([tok.convert_tokens_to_ids(x)] if k % 2 else next(plain))]
-            for p in parts]
-
-
-def chat_ids(tok, messages, tools=None, add_generation_prompt=True):
-    """`tok.apply_chat_template(messages, tools)` as ids, where a special-token string inside a
-    message or a tool definition is encoded as plain text: only the template's own markup can
-    become special ids. Lone surrogates anywhere in the text become U+FFFD (`plain_ids`)."""
-    return template_ids(tok, [render(tok, messages, tools, add_generation_prompt)])[0]
-
-
-PROBE = "slca_probe_tool"  # a tool name no template writes unless it renders the tools it is given
-
-
-def renders_tools(tok):
-    """Whether the chat template writes the `tools` it is given (Qwen2.5's does; SmolLM2's ChatML
-    template ignores them); probed once per tokenizer and template."""
-    seen = getattr(tok, "_renders_tools", None)
-    if seen is None or seen[0] != tok.chat_template:
-        tool = {"type": "function", "function": {"name": PROBE, "parameters": {"type": "object", "properties": {}}}}
-        try:
-            text = tok.apply_chat_template([{"role": "user", "content": "?"}], tools=[tool], tokenize=False)
-        except TemplateError:  # a template that refuses tools renders none
-            text = ""
-        tok._renders_tools = seen = (tok.chat_template, PROBE in text)
-    return seen[1]
-
-
 def prompt_ids(tok, task):
     """Chat-template the task's prompt; tools only if the system message lacks them, written
-    into the system message (tiny.with_tools) when the template ignores them."""
+    into the system message (lib.chat.with_tools) when the template ignores them."""
     has_tools = any(m["role"] == "system" and "<tools>" in m["content"] for m in task.messages)
     if has_tools or not task.tools:
         return chat_ids(tok, task.messages)

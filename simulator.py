@@ -7,7 +7,7 @@ text (< 1 s on 1 MB).
 
 Parsing (`parse_calls`). Think blocks are dropped first (segment.strip_think, as in
 rewards.py), then every complete `<tool_call>...</tool_call>` body is read (segment.py's
-linear helpers; JSON through segment.loads, bounded), and each body goes to the one call
+linear helpers; JSON through lib.text.loads, bounded), and each body goes to the one call
 parser, segment.parse_block; `malformed` picks its mode:
 - "end" (default; `drop_malformed=True`): the release's Hermes parser (verl tool_parser.py).
   A body is a JSON object (one call) or a list (a parallel step); a body that is not JSON (or a block never
@@ -57,7 +57,7 @@ that is a non-empty list; malformed entries are skipped.
 Backends for the calls that pass the checks:
 - "replay" (offline default): the recorded answer of `task.responses` with the same name and
   canonical arguments, else NO_RESULT.
-- "llm": the frozen LLM (`client`, see llm.py) plays the API server (sampled at 0.6, at most
+- "llm": the frozen LLM (`client`, see lib/llm.py) plays the API server (sampled at 0.6, at most
   4,096 tokens: the release's). As in the release it gets the call as
   `<tool_call>[{"name", "parameters", "depend_on": []}]</tool_call>` after the tool's full
   OpenAI-wrapped definition; every `<` of the call JSON is written `\\u003c` (the same JSON),
@@ -94,7 +94,9 @@ import referencing
 import referencing.exceptions
 import regex  # a dependency of transformers; unlike re, its search takes a timeout
 
-from segment import CLOSE, OPEN, Call, find_blocks, loads, parse_block, strip_think
+from segment import CLOSE, OPEN, Call, find_blocks, parse_block, strip_think
+
+from lib.text import loads
 
 NO_CALL = "Invalid tool call format - no complete call in <tool_call>...</tool_call>"  # shown as "Error: " + NO_CALL
 NO_RESULT = json.dumps({"error": "no_result", "message": "No matching record."})  # replay miss
@@ -353,7 +355,7 @@ class Simulator:
                  temperature=0.6, retries=3, cache_dir=None, max_tokens=MAX_TOKENS, malformed=MALFORMED[0],
                  max_calls=MAX_CALLS):
         assert backend in ("replay", "llm") and schema_check in SCHEMA_CHECKS and malformed in MALFORMED
-        assert backend == "replay" or client is not None, "the llm backend needs a client (llm.py)"
+        assert backend == "replay" or client is not None, "the llm backend needs a client (lib/llm.py)"
         self.backend, self.client, self.schema_check, self.ablate = backend, client, schema_check, ablate
         self.max_chars, self.temperature, self.retries, self.max_tokens = max_chars, temperature, retries, max_tokens
         self.malformed, self.max_calls = malformed, max_calls

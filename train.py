@@ -6,7 +6,7 @@
     python train.py --out runs/slca-s0 --resume            # continue a run from its latest checkpoint
 
 Stages (docs/method.md §7):
-1. optional SFT warm start (sft.py): cross-entropy on assistant tokens only, cosine lr with warmup; its
+1. optional SFT warm start (lib/sft.py): cross-entropy on assistant tokens only, cosine lr with warmup; its
    result is saved to <out>/sft before RL starts, so a resumed run skips it;
 2. RL, per step: G rollouts for each of the step's prompts (rollout.py) -> HierR scores
    (rewards.py, Eqs. 2-5) -> advantages (advantage.py: `--algo slca`, Eqs. 7-8, with `--turn-credit`
@@ -22,7 +22,7 @@ with a nonzero per-turn advantage, the share whose sign is opposite to their rol
 advantage Â^tool (0 when there is none); rollouts.jsonl holds each rollout's turn rewards (`r_turn`).
 
 With no --model the run builds the embedded default: a tokenizer trained on the shipped tool
-world and a tiny random Qwen2 (tiny.py), then runs SFT, SLCA-GRPO and a before/after eval,
+world and a tiny random Qwen2 (lib/tiny.py), then runs SFT, SLCA-GRPO and a before/after eval,
 with settings sized for a 2-core CPU. Naming a --model switches every default to the paper's
 recipe (bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, one RL epoch, SFT
 without weight decay, the release's loss aggregation, turn caps and schema check) and, without
@@ -38,7 +38,7 @@ stop the run, and non-finite weights are never saved.
 Logs are strict JSON (a non-finite number is written as null).
 
 Distributed (torchrun, any number of processes on one or several nodes; the process,
-sharding and checkpoint helpers live in parallel.py): each rank takes an equal share of the
+sharding and checkpoint helpers live in lib/parallel.py): each rank takes an equal share of the
 step's prompts with all G rollouts of each, so group statistics stay local.
 The policy and the reference are sharded with FSDP2 (`fully_shard`, one unit per decoder
 layer); for sampling, each rank gathers the full weights once (`unshard`) and generates on its
@@ -56,7 +56,7 @@ files: a non-empty --out needs --resume (continue from the newest checkpoint tha
 each log is cut back to its length at that checkpoint, so every step appears once; a finished
 run, one with final/, says so and trains nothing) or --overwrite (start afresh).
 
-The run folder (parallel.py's lock, writing, resume_point): one run at a time holds --out (a
+The run folder (lib/parallel.py's lock, writing, resume_point): one run at a time holds --out (a
 second one is refused naming the holder's pid; the kernel drops the lock of a killed run).
 SIGTERM or SIGINT lets the current RL step finish, writes a checkpoint at the boundary and
 exits with 128 + the signal's number (143, 130); during SFT it abandons SFT, which --resume
@@ -65,7 +65,7 @@ saying which and why; a failed write (read-only folder, full disk) is one line n
 path. At one thread a run is bit-reproducible and a resumed run ends with the bits of an
 uninterrupted one (tests/test_resume.py); on CPU torch's deterministic algorithms are on, which
 also made two-thread runs repeat on an idle machine, not under load (README "Reproducibility").
-Log-probs (logprobs.py) are computed on response tokens only, in chunks, and the G rollouts
+Log-probs (lib/logprobs.py) are computed on response tokens only, in chunks, and the G rollouts
 of a prompt compute it once in every log-prob pass.
 """
 import argparse
@@ -84,20 +84,19 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-import llm
+from lib import llm
 import rewards
 from advantage import TURN_CREDIT, group_normalize, route, route_turns, slca_advantages, toolpo_advantages, turn_advantages
-from data import MAX_PROMPT_TOKENS, DataError, drop_long, load_sft, load_tasks, release_files
+from lib.data import MAX_PROMPT_TOKENS, DataError, drop_long, load_sft, load_tasks, release_files
 from eval import evaluate, format_table, score_rollouts, summarize
-from llm import load_policy
-from parallel import (LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, gather, gathered,
-                      load_state, lock, read_json, resume_point, save_checkpoint, save_final, set_rng_state,
-                      setup_dist, shard, world, writing)
-from logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
+from lib.model import load_policy
+from lib.parallel import LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, gather, gathered, load_state, lock, read_json, resume_point, save_checkpoint, save_final, set_rng_state, setup_dist, shard, world, writing
+from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from loss import policy_loss
 from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, collate, prompt_ids, rollout
-from segment import run_index, take_unencodable
-from sft import optimizer_step, warm_start
+from segment import run_index
+from lib.text import take_unencodable
+from lib.sft import optimizer_step, warm_start
 from simulator import MALFORMED, SCHEMA_CHECKS, Simulator
 
 # ---------------------------------------------------------------------------------------------
@@ -572,7 +571,7 @@ def stop_requests():
 
 def deterministic(device):
     """On CPU, torch's deterministic algorithms. Without them, the backward of the rows' read of
-    their group's shared prompt keys and values (logprobs.py) adds the rows in whatever order
+    their group's shared prompt keys and values (lib/logprobs.py) adds the rows in whatever order
     the threads get there, and two-thread runs differ even on an idle machine."""
     if torch.device(device).type == "cpu":
         torch.use_deterministic_algorithms(True)
@@ -681,7 +680,7 @@ def run(a, rank, tasks, evals, convs, got):
     done_sft = os.path.isdir(sft_dir)
     name = sft_dir if done_sft else a.model
     if name is None:
-        import tiny
+        from lib import tiny
         if not os.path.isdir(base_dir):
             if main_rank:
                 with writing(base_dir, base_dir + ".tmp"):

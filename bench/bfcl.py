@@ -87,7 +87,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from eval import append_jsonl, read_jsonl, resume
+from eval import resume
+
+from lib.files import append_jsonl, read_jsonl
 from rewards import predicted_calls
 from segment import strip_think
 

@@ -58,7 +58,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from tqdm import tqdm
 
-from eval import append_jsonl, resume
+from eval import resume
+
+from lib.files import append_jsonl
 from rewards import predicted_calls
 from segment import drop_blocks, strip_think
 

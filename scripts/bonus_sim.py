@@ -2,7 +2,7 @@
 
     python scripts/bonus_sim.py [--seeds 20] [--lr 0.1 0.3 1.0]
 
-A toy of the demo's RL on the diagnostic world's marked prompts (data/make_world.py --bonus K):
+A toy of the demo's RL on the diagnostic world's marked prompts (scripts/make_world.py --bonus K):
 the policy is two Bernoulli choices, each a logit. `call`: make the bonus call (its tokens are
 in the tool segment); `state`: once the call was made, state its values in the summary (the
 summary segment). Rewards follow the world's arithmetic (tests/test_data.py checks it on the
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from advantage import group_normalize, slca_advantages  # noqa: E402
 
 G, PROMPTS, STEPS = 8, 16, 60  # the demo's (train.py's TINY preset)
-MARKED = 0.147                  # share of RL prompts of a bonus kind (data/make_world.py BONUS, measured)
+MARKED = 0.147                  # share of RL prompts of a bonus kind (scripts/make_world.py BONUS, measured)
 START_CALL = 0.5                # make_world.BONUS_SHARE: half the teacher's demonstrations make the call
 START_STATE = 0.9               # the teacher always states the values after the call; a little slack
 FACTS = 2                       # ordinary reference facts of a bonus kind's task

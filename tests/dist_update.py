@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-import parallel
+from lib import parallel
 import train
 from helpers import tiny_model
 

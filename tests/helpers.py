@@ -5,7 +5,7 @@ import gc
 import json
 import time
 
-import tiny
+from lib import tiny
 
 CORPUS = ['{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}',
           "The weather in Paris is 21 degrees and sunny. The answer is 42.",

@@ -1,4 +1,4 @@
-"""data.py loaders on every layout (the release's preview rows, good, malformed and hostile rows,
+"""lib/data.py loaders on every layout (the release's preview rows, good, malformed and hostile rows,
 fuzzed rows), the release download (mocked) and the shipped tool world."""
 import ast
 import collections
@@ -17,13 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import data
-from data import PARALLEL_TYPES, DataError, Task, drop_long, load_sft, load_tasks, parallel_type_of, release_files
+from lib import data
+from lib.data import PARALLEL_TYPES, DataError, Task, drop_long, load_sft, load_tasks, parallel_type_of, release_files
 from rewards import FactsJudge
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = ROOT / "data" / "world"
-spec = importlib.util.spec_from_file_location("make_world", ROOT / "data" / "make_world.py")
+spec = importlib.util.spec_from_file_location("make_world", ROOT / "scripts" / "make_world.py")
 make_world = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(make_world)
 
@@ -209,7 +209,7 @@ def test_parallel_type_of():
 # --- the shipped world --------------------------------------------------------------------
 
 def run_make_world(monkeypatch, *args):
-    """data/make_world.py's command line, run in this process (a subprocess would spend
+    """scripts/make_world.py's command line, run in this process (a subprocess would spend
     seconds importing transformers again)."""
     monkeypatch.setattr(sys, "argv", ["make_world.py", *map(str, args)])
     make_world.main()
@@ -367,10 +367,10 @@ def test_train_questions_mostly_distinct(world):
 
 
 def test_demo_tokenizer_copies_ids_and_loads_as_built(world, tmp_path):
-    """tiny.py's tokenizer on the shipped world: each offered tool is one token, a name has
+    """lib/tiny.py's tokenizer on the shipped world: each offered tool is one token, a name has
     one id in the question, the call and the tool response, and the folder train.py loads
     (AutoTokenizer gives Qwen2Tokenizer, which swaps in Qwen2.5's split) encodes as built."""
-    import tiny
+    from lib import tiny
     from transformers import AutoTokenizer
     tasks, convs = world["rl"][:100], world["sft"][:100]
     tiny.build(tmp_path, tiny.world_texts(tasks, convs), 0, 32, 1, 2)
@@ -427,7 +427,7 @@ def test_release_rl_preview_rows_load_as_tasks(tmp_path):
 
 
 def tool_prompt(tools):
-    from tiny import tools_prompt
+    from lib.chat import tools_prompt
     return tools_prompt(tools)
 
 

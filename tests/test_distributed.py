@@ -19,11 +19,11 @@ import torch
 from safetensors.torch import load_file
 
 import dist_update
-import logprobs
+from lib import logprobs
 import train
 from helpers import tiny_model
-from llm import load_policy
-from parallel import autocast
+from lib.model import load_policy
+from lib.parallel import autocast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LR = 1e-2  # tests/dist_update.py's --lr

@@ -15,7 +15,7 @@ import torch
 
 import eval as E
 from bench import hermes, models
-from data import Task
+from lib.data import Task
 from helpers import tiny_model, tokenizer
 from rewards import FactsJudge
 

@@ -1,4 +1,4 @@
-"""Clients and judge (llm.py): a real local HTTP server, a tiny local model, judge parsing."""
+"""Clients and judge (lib/llm.py): a real local HTTP server, a tiny local model, judge parsing."""
 import argparse
 import itertools
 import json
@@ -14,10 +14,10 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-import llm
-from llm import HFClient, HTTPClient, LLMJudge, add_client_flags, client_from_args, parse_rating, parse_verdict
+from lib import llm
+from lib.llm import HFClient, HTTPClient, LLMJudge, add_client_flags, client_from_args, parse_rating, parse_verdict
 from helpers import linear
-from segment import loads
+from lib.text import loads
 from simulator import Simulator
 
 torch.set_num_threads(1)
@@ -334,7 +334,7 @@ def test_hf_client_batch_in_one_string_per_item_out(tiny):
 
 def test_hf_client_takes_a_lone_surrogate(tiny):
     """A question or recorded response holding a lone surrogate reaches an in-process judge as
-    U+FFFD (segment.encodable) instead of a TypeError out of the tokenizer."""
+    U+FFFD (lib.text.encodable) instead of a TypeError out of the tokenizer."""
     model, tok = tiny
     out = HFClient((model, tok), device="cpu").complete([[{"role": "user", "content": "rate \ud800 this"}]], 0, 4)
     assert len(out) == 1 and isinstance(out[0], str)

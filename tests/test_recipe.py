@@ -11,9 +11,9 @@ import torch
 
 import eval as E
 import rewards
-import sft
+from lib import sft
 import train
-from data import Task, load_sft
+from lib.data import Task, load_sft
 from helpers import CALL, tiny_model, tokenizer, write_world
 
 RELEASE_FILES = {"rl": "data/world/rl.jsonl", "eval": "data/world/eval.jsonl", "sft": "data/world/sft.jsonl"}
@@ -188,7 +188,7 @@ def test_keep_failed_trains_on_failed_rollouts_and_the_gate_reaches_the_scorer(t
 
 
 # --------------------------------------------------------------------------------------------
-# bench/plan.py: the estimate's arithmetic
+# scripts/plan.py: the estimate's arithmetic
 def test_plan_counts_the_passes_of_a_step():
     from transformers import Qwen2Config
     from bench import plan as P

@@ -1,16 +1,16 @@
-"""reproduce.py end to end on a toy size: SFT start per seed, every algorithm from it, the table and plots."""
+"""scripts/reproduce.py end to end on a toy size: SFT start per seed, every algorithm from it, the table and plots."""
 import importlib.util
 import json
 from pathlib import Path
 
-import reproduce
+from scripts import reproduce
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def toy_world(folder):
     """A few rows of the shipped world's generator (a small --scale)."""
-    spec = importlib.util.spec_from_file_location("make_world", ROOT / "data" / "make_world.py")
+    spec = importlib.util.spec_from_file_location("make_world", ROOT / "scripts" / "make_world.py")
     mw = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mw)
     paths = {}

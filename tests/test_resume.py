@@ -23,7 +23,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import parallel
+from lib import parallel
 from helpers import tiny_model, write_world
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -365,7 +365,7 @@ def test_the_shared_prompt_backward_is_bit_identical_at_two_threads():
     """What made two-thread runs differ: the backward of the rows' read of their group's prompt
     keys and values adds the rows in thread order, unless train.py's deterministic mode is on."""
     import train
-    from logprobs import token_logprobs
+    from lib.logprobs import token_logprobs
     was, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
     train.deterministic("cpu")
     torch.set_num_threads(2)

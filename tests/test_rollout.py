@@ -8,7 +8,8 @@ import torch
 from transformers import DynamicCache
 
 from helpers import tiny_model, tokenizer
-from rollout import chat_ids, collate, generate_turn, prompt_ids, rollout, stop_ids, tool_turn_ids
+from rollout import collate, generate_turn, prompt_ids, rollout, stop_ids, tool_turn_ids
+from lib.chat import chat_ids
 from segment import Call, find_blocks, parse_block
 from simulator import Simulator
 

@@ -6,9 +6,8 @@ import os
 import pytest
 import torch
 
-import llm
-import logprobs
-import sft
+import lib.model
+from lib import logprobs, sft
 import train
 from helpers import CALL, tiny_model, tokenizer, verl_row, write_jsonl, write_world
 
@@ -55,7 +54,7 @@ def world(tmp_path):
 def test_sft_loss_falls(world):
     tmp, _, sft_path = world
     a = train.get_args(["--data", str(tmp / "rl.jsonl"), "--sft-lr", "1e-2", "--sft-batch", "4", "--sft-epochs", "8"])
-    from data import load_sft
+    from lib.data import load_sft
     rows = []
     model = tiny_model()
     sft.warm_start(model, tokenizer(), load_sft(sft_path), a, rows.append)
@@ -120,8 +119,8 @@ def test_load_policy_with_activation_checkpointing(tmp_path):
     torch.manual_seed(0)
     tiny_model().save_pretrained(tmp_path)
     tokenizer().save_pretrained(tmp_path)
-    plain, tok = llm.load_policy(str(tmp_path))
-    ckpt, _ = llm.load_policy(str(tmp_path), grad_ckpt=True)
+    plain, tok = lib.model.load_policy(str(tmp_path))
+    ckpt, _ = lib.model.load_policy(str(tmp_path), grad_ckpt=True)
     assert ckpt.is_activation_checkpointing and not plain.is_activation_checkpointing
     ids = torch.randint(0, len(tok), (2, 9))
     attn, mask = torch.ones_like(ids), torch.ones_like(ids)
@@ -198,7 +197,7 @@ def test_sft_content_with_special_token_strings_stays_text():
 
 def test_gpu_probe_says_no_gpu_and_runs_a_cpu_smoke_step(capsys, monkeypatch):
     import importlib.util
-    spec = importlib.util.spec_from_file_location("probe", os.path.join(os.path.dirname(__file__), "..", "bench", "probe.py"))
+    spec = importlib.util.spec_from_file_location("probe", os.path.join(os.path.dirname(__file__), "..", "scripts", "probe.py"))
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -306,7 +305,7 @@ def grouped_batch(left, prompts=(5, 9, 7), G=3, seed=0):
 @pytest.mark.parametrize("left", [False, True])
 @pytest.mark.parametrize("ckpt", [False, True])
 def test_shared_prompt_logprobs_and_gradients_equal_the_full_pass(left, ckpt):
-    import tiny
+    from lib import tiny
     ids, attn, mask, groups = grouped_batch(left)
     w = torch.randn(ids.shape, generator=torch.Generator().manual_seed(1))      # a loss that weighs every token
     got = {}

@@ -1,8 +1,8 @@
 """Rollout speed: the old `model.generate` path against rollout.py's KV-cached sampling loop.
 
-    python bench/speed.py                      # both models, single- and multi-turn, 3 rounds
-    python bench/speed.py --rounds 5 --models tiny
-    python bench/speed.py --old cc2b5e2        # against the sampler before the preallocated cache
+    python scripts/speed.py                      # both models, single- and multi-turn, 3 rounds
+    python scripts/speed.py --rounds 5 --models tiny
+    python scripts/speed.py --old cc2b5e2        # against the sampler before the preallocated cache
 
 The old path is rollout.py as of commit --old (read with `git show`, so this needs the git
 history); by default OLD: every turn one left-padded `generate` over the whole conversation of
@@ -13,7 +13,7 @@ first --prompts RL tasks (data/world/rl.jsonl), answered by the replay simulator
 on one CPU thread, at temperature 1, in interleaved rounds; the table shows medians.
 
 Models: random Qwen2s (tiny.build_model) on a tokenizer trained on the world (as `python
-tiny.py` does): "tiny" has the test fixture's shape (tests/helpers.py tiny_model: hidden 32,
+lib/tiny.py` does): "tiny" has the test fixture's shape (tests/helpers.py tiny_model: hidden 32,
 1 layer), "10M" is hidden 256, 12 layers (~10M parameters). A random model rarely stops or
 calls, so both get a fixed bias on the next id given the current one (Caller): eos and
 <tool_call> are likelier everywhere (a turn of ~70 ids on average, a bit over half of them
@@ -36,8 +36,8 @@ from transformers import Qwen2ForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import rollout  # noqa: E402
-import tiny  # noqa: E402
-from data import load_sft, load_tasks  # noqa: E402
+from lib import tiny  # noqa: E402
+from lib.data import load_sft, load_tasks  # noqa: E402
 from simulator import Simulator  # noqa: E402
 
 OLD = "edf5d2c"  # the last commit with the generate-based rollout.py

@@ -1,8 +1,8 @@
 """Cost of one RL step: this project's train.rl_step against TRL's GRPOTrainer and a raw floor.
 
     pip install -r requirements-bench.txt        # trl==1.16.0; torch 2.13 and transformers 5.24 stay
-    python bench/vs_trl.py                          # demo + 10M models, single- and multi-turn, 3 rounds
-    python bench/vs_trl.py --models 10M --rounds 5 --threads 2
+    python scripts/vs_trl.py                          # demo + 10M models, single- and multi-turn, 3 rounds
+    python scripts/vs_trl.py --models 10M --rounds 5 --threads 2
 
 Identical work for all three: the shipped world's first --prompts RL prompts x G = 8 rollouts,
 sampled at temperature 1 on --threads CPU threads, scored, then ONE optimizer step (AdamW, lr
@@ -25,7 +25,7 @@ every row runs the full length in every system). multi-turn: up to --turns turns
 of --turns x --tokens ids; the model calls the tool f, whose answer (OBS) both systems append
 through the chat template, and the next turn follows. Models are random Qwen2s (tiny.build_model)
 on the world's tokenizer: "demo" = the demo's shape (hidden 128, 2 layers), "10M" = hidden 256,
-12 layers. As in bench/speed.py, a fixed bias on the next id given the current id makes them
+12 layers. As in scripts/speed.py, a fixed bias on the next id given the current id makes them
 behave: eos and <tool_call> get likelier (a turn of ~70 ids on average); <tool_call> is followed
 by CALL (one added token, the text of a valid call of f), then </tool_call>, then eos (TRL stops a
 turn at eos only, the project at </tool_call>). Both systems render the prompt the same way (the
@@ -54,13 +54,14 @@ from transformers import Qwen2ForCausalLM
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import rollout  # noqa: E402
-import tiny  # noqa: E402
-from data import load_sft, load_tasks  # noqa: E402
+from lib import chat  # noqa: E402
+from lib import tiny  # noqa: E402
+from lib.data import load_sft, load_tasks  # noqa: E402
 from segment import Call  # noqa: E402
 
 SHAPES = {"demo": (128, 2, 4), "10M": (256, 12, 8)}  # hidden, layers, heads (the demo's: train.py --tiny-size)
 SYSTEMS = ("project", "trl", "floor", "trl-ckpt")  # trl-ckpt: TRL with its default gradient checkpointing
-EOS_BIAS, CALL_BIAS, FORCE = 2.5, 2.8, 30.0  # as bench/speed.py; FORCE makes a transition certain
+EOS_BIAS, CALL_BIAS, FORCE = 2.5, 2.8, 30.0  # as scripts/speed.py; FORCE makes a transition certain
 CALL = '\n{"name": "f", "arguments": {}}\n'   # one added token: a valid call of f
 OBS = '{"value": 42, "unit": "kg", "source": "registry", "note": "the answer of f, as recorded"}'
 
@@ -132,7 +133,7 @@ def run_project(world, tok, model, a, turns, budget):
     import train
     from transformers.utils import get_json_schema
     schema = get_json_schema(f)
-    rollout.prompt_ids = lambda tok, task: rollout.chat_ids(tok, task.messages, [schema])  # TRL's rendering
+    rollout.prompt_ids = lambda tok, task: chat.chat_ids(tok, task.messages, [schema])  # TRL's rendering
     args = train.get_args(["--data", os.path.join(ROOT, "data/world/rl.jsonl"), "--group-size", str(a.group_size),
                            "--prompts-per-step", str(a.prompts), "--mini-batch", str(a.prompts),
                            "--micro-batch", "8", "--max-tokens", str(budget), "--max-turns", str(turns),
@@ -203,7 +204,7 @@ def run_trl(world, tok, model, a, turns, budget):
 def run_floor(world, tok, model, a, turns, budget, n_new):
     from transformers.utils import get_json_schema
     schema = get_json_schema(f)
-    prompts = [rollout.chat_ids(tok, t.messages, [schema]) for t in world[:a.prompts] for _ in range(a.group_size)]
+    prompts = [chat.chat_ids(tok, t.messages, [schema]) for t in world[:a.prompts] for _ in range(a.group_size)]
     P = max(map(len, prompts))
     ids = torch.tensor([[tok.pad_token_id] * (P - len(p)) + p for p in prompts])   # (B, P) left-padded
     attn = (torch.arange(P)[None] >= torch.tensor([P - len(p) for p in prompts])[:, None]).long()

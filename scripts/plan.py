@@ -1,7 +1,7 @@
 """Memory and time of one RL step of the paper preset, from the model's own passes.
 
-    python bench/plan.py                      # Qwen2.5-3B, 1 and 8 GPUs of 80 GB
-    python bench/plan.py --model 7B --gpus 4 8
+    python scripts/plan.py                      # Qwen2.5-3B, 1 and 8 GPUs of 80 GB
+    python scripts/plan.py --model 7B --gpus 4 8
 
 Measured here (CPU, no weights: the model is built on the meta device from its config): the
 parameter count, and the FLOPs of one forward and one backward pass per token at the
@@ -30,7 +30,7 @@ SHAPES = {  # Qwen2.5 configs: hidden, intermediate, layers, heads, kv heads, ti
 VOCAB = 151_936        # Qwen2.5's padded vocabulary
 STATE_BYTES = 18       # per parameter: float32 weights, gradients, two AdamW moments (16) + bf16 reference (2)
 BF16 = 2               # bytes
-LOGIT_CHUNK = 1024     # positions per LM-head chunk (logprobs.py)
+LOGIT_CHUNK = 1024     # positions per LM-head chunk (lib/logprobs.py)
 PEAK = 989e12          # H100 SXM dense bf16 FLOP/s (NVIDIA's datasheet)
 BANDWIDTH = 3.35e12    # H100 SXM HBM3 bytes/s (NVIDIA's datasheet)
 MFU = 0.40             # assumed for the training and log-prob passes

@@ -7,7 +7,7 @@ in a user turn as <tool_response>), builds a small Qwen2ForCausalLM from a seed,
 both as an ordinary Hugging Face folder. Everything downstream then loads it with
 `from_pretrained(path)`: the same code path a real Qwen model takes.
 
-    python tiny.py --out runs/tiny-base          # build and save (a few seconds)
+    python -m lib.tiny --out runs/tiny-base          # build and save (a few seconds)
 """
 import argparse
 import json
@@ -16,29 +16,9 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from segment import encodable
+from lib.text import encodable
+from lib.chat import TOOLS_HEAD, TOOLS_TAIL
 
-# Qwen2.5-Instruct's chat template writes these around the tools (one JSON object per line);
-# CHAT_TEMPLATE below, data/make_world.py's system prompts and bench/hermes.py use them.
-TOOLS_HEAD = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-              "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
-TOOLS_TAIL = ("\n</tools>\n\nFor each function call, return a json object with function name and "
-              "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
-              "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>")
-
-
-def tools_prompt(tools):
-    """The tool block Qwen2.5's chat template appends to the system message."""
-    return TOOLS_HEAD + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) + TOOLS_TAIL
-
-
-def with_tools(messages, tools):
-    """`messages` with the tool block in the system message, the way Qwen2.5's template and the
-    release's pre-rendered system prompts carry it: after the system text and a blank line, or
-    as the whole system message when there is none (as data.py gives it to SFT rows)."""
-    if messages and messages[0]["role"] == "system":
-        return [{**messages[0], "content": messages[0]["content"] + "\n\n" + tools_prompt(tools)}, *messages[1:]]
-    return [{"role": "system", "content": tools_prompt(tools)}, *messages]
 
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # Qwen2.5's: pad, turn start, eos
@@ -170,5 +150,5 @@ if __name__ == "__main__":
     p.add_argument("--rl", default="data/world/rl.jsonl", help="RL prompts to train the tokenizer on")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
-    from data import load_sft, load_tasks
+    from lib.data import load_sft, load_tasks
     print("saved", build(a.out, world_texts(load_tasks(a.rl), load_sft(a.sft)), a.seed))

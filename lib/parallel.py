@@ -113,7 +113,7 @@ def shard(model, dtype):
 
 def as_forward(model, fn):
     """fn() run as a forward pass of `model`, for work that uses the root's own parameters
-    outside model(...) (logprobs.py runs the trunk, then the output head in chunks). Under FSDP2
+    outside model(...) (lib/logprobs.py runs the trunk, then the output head in chunks). Under FSDP2
     the root's parameters (embeddings, final norm, lm_head, tied or not) are whole only inside
     a forward of the root: here they are gathered before fn, a hook on fn's output gathers them
     again for the backward, and their gradients are reduce-scattered after it, as for model(...).

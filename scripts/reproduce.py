@@ -1,11 +1,11 @@
 """The paper's comparison at CPU scale, and the judge-noise sweep, on the embedded demo.
 
-    python reproduce.py                        # SLCA, GRPO, ToolPO, w/o HierR, w/o SGLS; seeds 0 1 2
-    python reproduce.py --noise 0 0.5 1.0      # SLCA and GRPO at each judge-noise level; seeds 0 1 2
-    python reproduce.py --bonus 0 1            # the diagnostic: SLCA and GRPO on the bonus world at K = 0, 1
-    python reproduce.py --turn-credit 0.5      # SLCA, GRPO and SLCA with per-turn credit ω = 0.5; seeds 0 1 2
-    python reproduce.py --size toy             # the same on a toy size, in seconds (tests/test_reproduce.py)
-    python reproduce.py -- --steps 12          # flags after -- go to every train.py run
+    python scripts/reproduce.py                        # SLCA, GRPO, ToolPO, w/o HierR, w/o SGLS; seeds 0 1 2
+    python scripts/reproduce.py --noise 0 0.5 1.0      # SLCA and GRPO at each judge-noise level; seeds 0 1 2
+    python scripts/reproduce.py --bonus 0 1            # the diagnostic: SLCA and GRPO on the bonus world at K = 0, 1
+    python scripts/reproduce.py --turn-credit 0.5      # SLCA, GRPO and SLCA with per-turn credit ω = 0.5; seeds 0 1 2
+    python scripts/reproduce.py --size toy             # the same on a toy size, in seconds (tests/test_reproduce.py)
+    python scripts/reproduce.py -- --steps 12          # flags after -- go to every train.py run
 
 Per seed, one SFT start: `train.py --steps 0 --eval-data ''` builds the tiny model and runs the
 warm start of the demo preset (train.TINY), saving it in <out>/sft-s<seed>/sft. Every RL run
@@ -20,7 +20,7 @@ in-process one, so the slca run of seed s is the demo `python train.py --seed s`
 Runs go to <out>/<name>-s<seed>/, --jobs at a time (default 2, this machine's cores), each
 in its own process on one thread with its output in <out>/<name>-s<seed>.log (--jobs 1: one
 after the other, in this process). A run whose final/ folder exists is kept, so an
-interrupted reproduce.py continues where it stopped (delete a run folder to redo it), and
+interrupted scripts/reproduce.py continues where it stopped (delete a run folder to redo it), and
 the sweep (and --turn-credit) reuses the comparison's slca and grpo runs. Outputs in <out>:
 
     table.md       mean ± std over seeds of the held-out metrics (Success@0.9 as the paper
@@ -36,7 +36,7 @@ the sweep (and --turn-credit) reuses the comparison's slca and grpo runs. Output
     noise.md, noise.json, noise-curves.png   (--noise) the same for the sweep's runs
     noise.png      (--noise) held-out Process, Name F1 and Success@0.9 against the noise p
     bonus.md, bonus.json, bonus.png   (--bonus) the diagnostic (README "Credit misattribution,
-                   constructed"): the worlds `data/make_world.py --bonus K` in <out>/world-k<K>/
+                   constructed"): the worlds `scripts/make_world.py --bonus K` in <out>/world-k<K>/
                    (the SFT data is one for every K, so each seed has one SFT start), SLCA and
                    GRPO on each; the marked prompts' held-out redundant-call rate, S_sum, Name F1
                    and Success@0.9 / @1.0 before and after RL, the sampled rate during training,
@@ -82,7 +82,8 @@ def noise_run(algo, p):
 TOY = ["--tiny-size", "32", "1", "2", "--sft-limit", "16", "--sft-epochs", "1", "--sft-batch", "8", "--steps", "2",
        "--group-size", "2", "--prompts-per-step", "2", "--mini-batch", "1", "--max-tokens", "40", "--max-turns", "2",
        "--eval-limit", "4"]
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root
+sys.path.insert(0, ROOT)
 METRICS = [("success", "Success@0.9"), ("success_code", "Success@0.9(code)"), ("name_f1", "NameF1"),
            ("arg_match", "ArgMatch"), ("process", "Process"), ("tool_turns", "ToolTurns")]
 TYPE_METRICS = [("success", "Success@0.9"), ("process", "Process"), ("n", "n")]  # per parallel type
@@ -127,7 +128,7 @@ def preset_flags(extra):
 
 
 def read(path):
-    from eval import read_jsonl
+    from lib.files import read_jsonl
     return read_jsonl(path)
 
 
@@ -156,7 +157,7 @@ def curves(run):
 def bonus_world(out, k, scale):
     """Writes the diagnostic world at K = k into <out>/world-k<k>/; returns its file paths."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("make_world", os.path.join(ROOT, "data", "make_world.py"))
+    spec = importlib.util.spec_from_file_location("make_world", os.path.join(ROOT, "scripts", "make_world.py"))
     mw = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mw)
     folder = os.path.join(out, f"world-k{k}")
@@ -282,7 +283,7 @@ def fmt(xs, digits=3):
 def summarize(runs):
     """runs: {(name, seed): folder} -> {name: {"before"/"after": {metric: [per seed]}, "types":
     {parallel type: {"before"/"after": {metric: [per seed]}}}, "curve": ...}}."""
-    from data import PARALLEL_TYPES
+    from lib.data import PARALLEL_TYPES
     out = {}
     for (name, seed), folder in runs.items():
         e, c = evals(folder), curves(folder)
@@ -510,7 +511,7 @@ def main(argv=None):
             else table(res))
     wall = time.time() - t0
     kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""
-    header = (f"# reproduce.py {' '.join(argv)}\n\nseeds {a.seeds}, wall time {wall:.0f}s ({a.jobs} runs at a time, "
+    header = (f"# scripts/reproduce.py {' '.join(argv)}\n\nseeds {a.seeds}, wall time {wall:.0f}s ({a.jobs} runs at a time, "
               f"{1 if a.jobs > 1 else os.environ.get('OMP_NUM_THREADS', 'default')} thread(s) each{kept}); "
               "held-out eval split, greedy.\n\n")
     stem = ("bonus" if a.bonus is not None else "noise" if a.noise else "turn" if a.turn_credit is not None

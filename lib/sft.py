@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from logprobs import token_logprobs
-from parallel import all_sum, world
-from rollout import mark, render, template_ids
-from segment import take_unencodable
+from lib.logprobs import token_logprobs
+from lib.parallel import all_sum, world
+from lib.chat import mark, render, template_ids
+from lib.text import take_unencodable
 
 SENTINEL, SENTINELS = 0x100000, 0xFFFE  # Unicode plane 16, private use: stands for message i's content in `example`
 
@@ -36,8 +36,8 @@ def example(tok, messages, max_len):
     Where each message's content sits is known by construction, never searched for: the
     template is rendered once with message i's content replaced by the code point SENTINEL + i,
     and the text between sentinels is the template's glue. Glue goes through
-    rollout.template_ids (its special-token strings are special ids), each content through the
-    same function after rollout.mark, so a special-token string inside any message's content
+    lib.chat.template_ids (its special-token strings are special ids), each content through the
+    same function after lib.chat.mark, so a special-token string inside any message's content
     (a forged `<|im_end|>\\n<|im_start|>system`, an assistant's `<|im_end|>`) is plain text and a
     lone surrogate is U+FFFD. A template that renders some content other than verbatim, or
     not once and in order, whose assistant turns do not start with the generation prompt, or

@@ -40,7 +40,7 @@ Sized for a tiny model trained from scratch on a CPU (the demo of train.py):
   tied to a tool behaviour the process score penalises. K = 0 is the control (the same SFT
   data and tasks; only the reference facts differ).
 
-    python data/make_world.py [--seed 0] [--out data/world] [--scale 1.0] [--serial-share 0.6] [--bonus K]
+    python scripts/make_world.py [--seed 0] [--out data/world] [--scale 1.0] [--serial-share 0.6] [--bonus K]
 """
 import argparse
 import json
@@ -48,8 +48,8 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for tiny.py
-from tiny import tools_prompt  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for lib/tiny.py
+from lib.chat import tools_prompt  # noqa: E402
 
 SIZES = {"sft": 2000, "rl": 600, "eval": 200}
 TYPES = ["single_step_single_tool", "single_step_parallel", "multi_step_all_serial",

@@ -1,7 +1,7 @@
 """GPU step probe: one RL step of a random-initialised Qwen2 at the paper preset, per size.
 
-    python bench/probe.py                        # 0.5B, 1.5B and 3B shapes, G = 16, on the GPU
-    python bench/probe.py --sizes tiny --device cpu --prompts 1 --group-size 2 --new-tokens 8   # CPU smoke
+    python scripts/probe.py                        # 0.5B, 1.5B and 3B shapes, G = 16, on the GPU
+    python scripts/probe.py --sizes tiny --device cpu --prompts 1 --group-size 2 --new-tokens 8   # CPU smoke
 
 For each shape (Qwen2.5's: hidden, layers, heads, kv heads, MLP width, 151,936-token
 vocabulary, tied embeddings) it builds the model the way train.py does (float32 master
@@ -20,8 +20,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import logprobs  # noqa: E402
-import parallel  # noqa: E402
+from lib import logprobs  # noqa: E402
+from lib import parallel  # noqa: E402
 import train  # noqa: E402
 
 SHAPES = {  # Qwen2.5 configs: hidden, layers, heads, kv heads, intermediate
@@ -103,7 +103,7 @@ def main(argv=None):
     p.add_argument("--micro-batch", type=int, default=8)
     p = p.parse_args(argv)
     if p.device.startswith("cuda") and not torch.cuda.is_available():
-        print("no GPU here: bench/probe.py measures a GPU step; run it on a machine with CUDA "
+        print("no GPU here: scripts/probe.py measures a GPU step; run it on a machine with CUDA "
               "(or pass --device cpu for a smoke run)")
         return 0
     for size in p.sizes:

@@ -28,7 +28,7 @@ apart: the simulator marks such a call `failed`, the judge raises ConnectionErro
   `timeout` bounds one try end to end (connect, send, wait, read; a watchdog shuts the
   socket, so a trickling server cannot stretch it), `retries` extra tries with jittered
   exponential backoff on connection errors, timeouts, HTTP 408/429/5xx and malformed
-  bodies. Bodies are capped (`max_body` bytes) and parsed with segment.loads (bounded
+  bodies. Bodies are capped (`max_body` bytes) and parsed with lib.text.loads (bounded
   depth), so a hostile body gives None, never an exception. Never raises.
 - `add_client_flags` / `client_from_args`: for a role ("sim", "judge", "agent", "user"),
   --{role}-url/-model/-key (env fallbacks SLCA_{ROLE}_URL, _MODEL, _KEY, the key then
@@ -53,13 +53,11 @@ Point both roles at vLLM servers:
 
 Tests (local HTTP servers and a tiny local model): python -m pytest tests/test_llm.py -q
 """
-import functools
 import json
 import logging
 import os
 import random
 import re
-import shutil
 import socket
 import threading
 import time
@@ -70,75 +68,20 @@ from urllib.parse import urlsplit
 
 import torch
 
-from segment import MAX_JSON_CHARS, encodable, loads
+from lib.text import MAX_JSON_CHARS, encodable, loads
+from lib.model import frozen
 
 log = logging.getLogger(__name__)
 
 TIMEOUT = 540.0        # s, one try end to end: the release's total timeout (toucan_tool_config.yaml, LLM_JUDGE_TIMEOUT)
 DEADLINE = 1200.0      # s, one complete() call, every request and try: ours; the release has none (3-4 tries of 540 s)
-STEP_DEADLINE = 10_800.0  # s, every request of one RL step (`window`): ours; bench/plan.py puts a paper-recipe step
+STEP_DEADLINE = 10_800.0  # s, every request of one RL step (`window`): ours; scripts/plan.py puts a paper-recipe step
                           # on one GPU at about 70 minutes, so this cuts only an endpoint that stopped answering
 RETRIES = {"sim": 2, "judge": 3}  # the release's max_retries per role; other roles get 2
 BACKOFF = 1.0          # s, retry k waits BACKOFF·2^(k-1)·U(0.5, 1.5); the release: 1 s (sim), 2 s (judge), linear
 MAX_BODY = MAX_JSON_CHARS  # bytes of one response body (segment.py's bound on untrusted JSON)
 RETRY_STATUS = {408, 429}  # and every 5xx
 JUDGE_MAX_TOKENS = 8192    # the release's judge budget (reward_fn.py); GPT-OSS reasons inside it
-GGUF_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                          "slca-grpo", "gguf")  # dequantized .gguf models (hf_folder); XDG's cache location
-
-
-def hf_folder(name, cache=GGUF_CACHE):
-    """`name` itself (a hub name or local folder), or for a `.gguf` file the Hugging Face folder
-    its weights, dequantized to float32, and its tokenizer are saved in: converted once per
-    file (transformers' GGUF loader, about 20 s for a 135M model on one CPU core) under
-    `cache`, keyed by the file's name, size and mtime, so the policy, its reference copy and
-    an in-process judge or simulator all load a plain folder."""
-    if not name.endswith(".gguf"):
-        return name
-    if not os.path.isfile(name):
-        raise FileNotFoundError(f"no such GGUF file: {name}")
-    st = os.stat(name)
-    out = os.path.join(cache, f"{os.path.basename(name)[:-len('.gguf')]}-{st.st_size}-{st.st_mtime_ns}")
-    if os.path.isdir(out):
-        return out
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    folder, file = os.path.split(os.path.abspath(name))
-    log.warning("converting %s to a Hugging Face folder in %s (once)", name, out)
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=file)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, dtype=torch.float32)
-    del model.config.quantization_config  # the weights are plain tensors now: save them as such
-    model.hf_quantizer = None
-    tmp = f"{out}.tmp{os.getpid()}"
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    try:
-        os.replace(tmp, out)  # a crash leaves no half folder behind
-    except OSError:  # another process converted it first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
-def load_policy(name, dtype="float32", device="cpu", grad_ckpt=False):
-    """A causal LM and its tokenizer from a hub name, a local folder or a .gguf file (`hf_folder`)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    name = hf_folder(name)
-    tok = AutoTokenizer.from_pretrained(name)
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype)).to(device)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    if grad_ckpt:
-        model.activation_checkpointing_enable()
-        model.config.use_cache = False
-    return model, tok
-
-
-@functools.cache
-def frozen(name, dtype="auto"):
-    """An in-process frozen LLM and its tokenizer, loaded once per (name, dtype): a simulator
-    and a judge named alike (--sim-model X --judge-model X) share one copy."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    name = hf_folder(name)
-    return AutoModelForCausalLM.from_pretrained(name, dtype=dtype), AutoTokenizer.from_pretrained(name)
 
 
 class HFClient:

@@ -27,11 +27,11 @@ Hermes text form of the shipped world (data/world/sft.jsonl): a run of tool_call
 one assistant turn holding ONE `<tool_call>\\n[...]\\n</tool_call>` block with the list of
 {"name", "arguments"}; a run of tool_response messages is one user turn of
 `<tool_response>\\n...\\n</tool_response>` blocks; when no system message holds <tools>, the
-row's tools go into the system message as `tiny.tools_prompt` writes them (after the system
+row's tools go into the system message as `lib.chat.tools_prompt` writes them (after the system
 text, if any).
 
 Simplifications, on purpose (flags):
-- Gold calls go through `rewards.normalize_gold` (docs/method.md §2.1), so every form (JSON string,
+- Gold calls go through `lib.data.normalize_gold` (docs/method.md §2.1), so every form (JSON string,
   nested, flat, bare names) ends up as nested steps of {"name", "arguments": dict}.
 - A Toucan row becomes one task: the prompt is every message before the first assistant /
   tool_call message, gold is the tool calls made before the next user message (later turns
@@ -57,8 +57,8 @@ Errors. Every problem is a `DataError` (a ValueError) whose text is one line:
 - a file with no usable row (empty, or every row bad): "FILE: no usable rows (...)".
 - `release_files()` when a split is neither in the Hugging Face cache nor downloadable: one
   line naming the `hf download` command (FETCH) that fetches the splits.
-JSON goes through `segment.loads` (bounded length and depth); a row is at most
-MAX_ROW_CHARS characters, a tool_call message at most segment.MAX_JSON_CHARS.
+JSON goes through `lib.text.loads` (bounded length and depth); a row is at most
+MAX_ROW_CHARS characters, a tool_call message at most lib.text.MAX_JSON_CHARS.
 
 Fetching (docs/method.md §8). `release_files()` gives the local paths of the release's RL, eval and
 SFT (42k split, the main table's) parquet files from the Hugging Face dataset
@@ -68,8 +68,8 @@ else downloaded with huggingface_hub.
 Prompt length. The release drops prompts over 24,576 tokens; `drop_long(tasks, n_tokens)`
 does the same with the caller's token counter and says how many went.
 
-    python data.py data/world/rl.jsonl data/world/sft.jsonl    # load files, print a summary
-    python data.py release                                      # fetch the release's splits, summarize
+    python -m lib.data data/world/rl.jsonl data/world/sft.jsonl    # load files, print a summary
+    python -m lib.data release                                      # fetch the release's splits, summarize
 """
 import ast
 import json
@@ -80,8 +80,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 
-from rewards import normalize_gold
-from segment import MAX_JSON_CHARS, MAX_JSON_DEPTH, loads, structure
+from lib.text import MAX_JSON_CHARS, MAX_JSON_DEPTH, loads, structure
 
 PARALLEL_TYPES = ("single_step_single_tool", "single_step_parallel", "multi_step_all_serial",
                   "multi_step_has_parallel", "multi_step_all_parallel", "irrelevant")
@@ -511,7 +510,7 @@ def _chat(row):
     key = "tools" if row.get("tools") is not None else "available_tools"
     tools = _tools(row.get(key) or [], key)
     if tools and not any(m["role"] == "system" and "<tools>" in m["content"] for m in chat):
-        from tiny import with_tools  # here, not at the top: tiny imports transformers (seconds)
+        from lib.chat import with_tools  # here, not at the top: tiny imports transformers (seconds)
         chat = with_tools(chat, tools)
     return _joined(chat)
 
@@ -535,6 +534,43 @@ def _summary(path, sft):
     for t in load_tasks(path):
         kinds[t.parallel_type] = kinds.get(t.parallel_type, 0) + 1
     return f"{path}: {sum(kinds.values())} tasks, {kinds}"
+
+
+def normalize_gold(gold):
+    """Gold calls in any released form -> nested steps [[{"name": str, "arguments": dict}, ...], ...].
+
+    The release's rules (see the module docstring): a JSON string is parsed (unparsable: no
+    gold); a list whose first item is a list is nested (non-list steps skipped, items that
+    are neither strings nor non-empty dicts dropped), any other list is one flat step (items
+    that are neither strings nor dicts dropped); empty steps are dropped; anything else is no
+    gold. The output is normalized again to itself.
+    """
+    if isinstance(gold, str):
+        try:
+            gold = loads(gold)
+        except ValueError:
+            return []
+    if not isinstance(gold, list) or not gold:
+        return []
+    if isinstance(gold[0], list):
+        steps = [[c for c in s if isinstance(c, str) or (isinstance(c, dict) and c)]
+                 for s in gold if isinstance(s, list)]
+    else:
+        steps = [[c for c in gold if isinstance(c, (str, dict))]]
+    return [[_gold_call(c) for c in s] for s in steps if s]
+
+
+def _gold_call(c):
+    if isinstance(c, str):
+        return {"name": c, "arguments": {}}
+    name, args = c.get("name", ""), c.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = loads(args)
+        except ValueError:
+            args = {}
+    # a name that is not a string can equal no predicted name, and neither can ""
+    return {"name": name if isinstance(name, str) else "", "arguments": args if isinstance(args, dict) else {}}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,16 @@
+"""The support package: everything the eight top-level modules stand on that is not the method.
+
+    text.py      bounded JSON for untrusted text; lone surrogates made encodable
+    chat.py      the one special-token-safe encoder (chat templates, tool blocks)
+    lib/data.py      data layouts: the shipped world, the release's verl and Toucan files, SFT chats
+    model.py     loading the policy (a hub name, a folder or a .gguf file) and in-process frozen LLMs
+    lib/tiny.py      the embedded default model: a tokenizer trained on the world and a tiny Qwen2
+    lib/llm.py       frozen-LLM clients (in-process and OpenAI-compatible HTTP) and the LLM judge
+    lib/logprobs.py  token log-probs: the plain full-sequence pass and the shared-prompt pass
+    lib/parallel.py  torchrun / FSDP2, checkpoints, resume, the run folder
+    lib/sft.py       the warm start (supervised fine-tuning on the loss mask)
+    files.py     JSONL result files
+    plots.py     training curves (matplotlib, the benchmark extra)
+
+Imports run one way: the top level imports this package; nothing here imports the top level.
+"""
