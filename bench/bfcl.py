@@ -74,7 +74,7 @@ line, then one line per item); a restart skips the ids already there. `gold_outp
 renders BFCL's first possible answer as Hermes text, `gold_turns(item)` a multi-turn
 item's ground truth per step (oracles for tests and smoke runs).
 
-    python eval.py bfcl --model runs/slca-s0/final --out out/bfcl.jsonl --limit 2
+    python -m bench bfcl --model runs/slca-s0/final --out out/bfcl.jsonl --limit 2
 """
 import ast
 import copy

@@ -46,7 +46,7 @@ user callable performs the requestor="user" actions, which telecom needs; it rea
 form a do-nothing pair; is_write_task(domain, task) tells whether the gold actions change
 the databases.
 
-    python eval.py tau2 --model runs/slca-s0/final --user-url http://host:8000/v1 --out out/tau2.jsonl
+    python -m bench tau2 --model runs/slca-s0/final --user-url http://host:8000/v1 --out out/tau2.jsonl
 """
 import contextlib
 import functools

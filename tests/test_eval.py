@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import eval as E
+import bench.__main__ as B
 from bench import hermes, models
 from lib.data import Task
 from helpers import tiny_model, tokenizer
@@ -407,13 +408,13 @@ def test_bfcl_cli_writes_jsonl_and_resumes(tiny_dir, tmp_path):
     from bench import bfcl
     out = tmp_path / "bfcl.jsonl"
     argv = ["bfcl", "--model", tiny_dir, "--out", str(out), "--limit", "1", "--batch-size", "4", "--max-tokens", "8"]
-    summary = E.main(argv)
+    summary = B.main(argv)
     head, *rows = lines(out)
     assert head["fingerprint"]["framing"] == "toucan" and head["fingerprint"]["bfcl_eval"] == "2025.7.17"
     assert [r["category"] for r in rows] == list(bfcl.RELEASE_CATEGORIES)   # the release's 13, in order
     assert summary["overall"] == 0.0 and summary["per_category"]["multi_turn_base"]["total"] == 1
     with mock.patch("bench.models.decode", must_not_run):
-        assert E.main(argv) == summary
+        assert B.main(argv) == summary
     assert len(lines(out)) == 1 + 13
 
 
@@ -423,8 +424,8 @@ def test_tau2_cli_writes_jsonl_and_resumes(tiny_dir, tmp_path):
     out = tmp_path / "tau2.jsonl"
     argv = ["tau2", "--model", tiny_dir, "--user-model", tiny_dir, "--out", str(out), "--num-tasks", "1",
             "--domains", "retail", "telecom", "--max-tokens", "4", "--user-max-tokens", "4", "--max-steps", "4"]
-    with mock.patch.object(E, "load_policy", wraps=E.load_policy) as load:
-        summary = E.main(argv)
+    with mock.patch.object(B, "load_policy", wraps=B.load_policy) as load:
+        summary = B.main(argv)
     assert load.call_count == 1                               # agent and user share the one model
     head, *rows = lines(out)
     assert head["fingerprint"]["temperature"] == 0.6 and head["fingerprint"]["user_temperature"] == 0.7
@@ -432,18 +433,18 @@ def test_tau2_cli_writes_jsonl_and_resumes(tiny_dir, tmp_path):
     assert sorted(r["domain"] for r in rows) == ["retail", "telecom"] and summary["per_domain"]["retail"]["n"] == 1
     assert all(r["termination_reason"] == "max_steps" and len(r["messages"]) >= 4 for r in rows), rows
     with mock.patch("bench.models.decode", must_not_run):
-        assert E.main(argv) == summary
+        assert B.main(argv) == summary
     assert len(lines(out)) == 1 + 2
 
 
 def test_agent_flags_are_checked_before_the_file_is_touched(tiny_dir, tmp_path):
     out = tmp_path / "x.jsonl"
     with pytest.raises(SystemExit, match="not both"):
-        E.main(["bfcl", "--model", tiny_dir, "--agent-url", "http://localhost:1", "--out", str(out)])
+        B.main(["bfcl", "--model", tiny_dir, "--agent-url", "http://localhost:1", "--out", str(out)])
     with pytest.raises(SystemExit, match="--user-url"):
-        E.main(["tau2", "--model", tiny_dir, "--out", str(out)])
+        B.main(["tau2", "--model", tiny_dir, "--out", str(out)])
     with pytest.raises(SystemExit, match="give --model"):
-        E.main(["bfcl", "--out", str(out)])
+        B.main(["bfcl", "--out", str(out)])
     assert not out.exists()
 
 
@@ -475,6 +476,6 @@ def test_plot_renders_pngs_from_run_folders(tmp_path):
 
 @pytest.mark.slow
 def test_import_eval_needs_no_extra():
-    """Top-level modules never import bench/ when imported; eval.py imports it only in main()."""
+    """Top-level modules never import bench/ (it has its own command line, `python -m bench`)."""
     code = "import sys, eval, train; assert not [m for m in sys.modules if m.startswith('bench')], 'bench imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(E.__file__).parent)

