@@ -204,6 +204,10 @@ def get_args(argv=None):
                         "call), on the tool responses of calls that passed the checks and were answered; release = "
                         "the released reward's: the text after the last tool response, on every <tool_response> "
                         "block of the decoded trajectory, error observations included")
+    g.add_argument("--reward-input", choices=rewards.INPUTS, default=rewards.INPUTS[0],
+                   help="what the process score reads: policy = the policy's own text; decoded = the released "
+                        "reward's, the decoded trajectory with its tool turns (a <tool_call> or <think> inside a "
+                        "tool response counts as the policy's)")
     g.add_argument("--keep-failed", action="store_true",
                    help="train on rollouts that lost a tool or judge answer to an endpoint failure, as the release "
                         "does (the failure's error text stays in the trajectory, a failed rating scores 0); "
@@ -420,7 +424,8 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     t_roll = time.time() - t0
     weights = dict(zip(rewards.WEIGHTS, [0.0] * 5 if a.no_hierr else a.hierr_weights))
     scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
-                            succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok)
+                            succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok,
+                            reward_input=a.reward_input)
     # a rollout that lost a tool answer or its rating to the network is not trained on (--keep-failed: it is)
     sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
     judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
@@ -676,7 +681,8 @@ def run(a, rank, tasks, evals, convs, got):
         with gathered(model.eval()), autocast(a):
             rs = rollout(model, tok, mine, sim, temperature=0.0, max_turns=a.max_turns, max_tokens=a.max_tokens,
                          batch_size=a.gen_batch, max_tool_rounds=a.max_tool_rounds or None)
-        summary = summarize(gather(score_rollouts(rs, judge, strict=a.strict_calls, gate=a.summary_gate, tok=tok)))
+        summary = summarize(gather(score_rollouts(rs, judge, strict=a.strict_calls, gate=a.summary_gate, tok=tok,
+                                                      reward_input=a.reward_input)))
         log({"label": label, "step": step, **summary}, "eval")
         if main_rank:
             print(format_table({label: summary["all"]}))

@@ -247,3 +247,19 @@ def test_release_gate_judges_a_turn_cut_at_the_cap():
     real, = E.score_rollouts([r], rewards.FactsJudge())
     release, = E.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tokenizer())
     assert real["summary"] == 0.0 and release["summary"] == 1.0     # the release rates the text after the response
+
+
+# --------------------------------------------------------------------------------------------
+# --reward-input
+def test_decoded_reward_input_scores_a_call_inside_a_tool_response():
+    task = Task(messages=[], tools=[], allowed_tools=["f"], gold=[[{"name": "f", "arguments": {"x": 1}}]],
+                question="What is f of 1?", parallel_type="single_step_single_tool", facts=["42"])
+    r = decoded_rollout(task, [("I will not call anything, here is my answer.", [CALL])], [])
+    policy, = E.score_rollouts([r], rewards.FactsJudge(), tok=tokenizer())
+    decoded, = E.score_rollouts([r], rewards.FactsJudge(), tok=tokenizer(), reward_input="decoded")
+    assert policy["score"] == rewards.OMISSION_SCORE               # the policy wrote no call
+    assert decoded["process"] == 1.0                                # the release counts the observation's call
+    assert train.get_args(["--reward-input", "decoded"]).reward_input == "decoded"
+    assert train.get_args([]).reward_input == "policy"
+    with pytest.raises(ValueError, match="reward_input"):
+        E.score_rollouts([r], rewards.FactsJudge(), reward_input="decoded")
