@@ -68,6 +68,7 @@ import llm
 import rewards
 from llm import load_policy
 from rollout import rollout
+from simulator import PARSES
 
 THRESHOLDS = (0.7, 0.8, 0.9, 1.0)  # the release's success@ / tool_success@ levels (rl/slca_grpo/reward_fn.py)
 SUCCESS = 0.9                      # SPEC §9: the headline Success@0.9
@@ -333,7 +334,7 @@ def fingerprint(a):
     if a.bench == "toucan":
         return {**fp, "model": ident(a.model), "data": ident(a.data), "max_turns": a.max_turns,
                 "sim": [a.sim_backend or ("llm" if who(a, "sim") else "replay"), who(a, "sim")],
-                "judge": who(a, "judge") or "facts"}
+                "judge": who(a, "judge") or "facts", "sim_parse": a.sim_parse}
     fp.update(agent=who(a, "agent"), framing=a.framing, temperature=a.temperature)
     if a.bench == "bfcl":
         return {**fp, "bfcl_eval": version("bfcl-eval")}
@@ -379,6 +380,8 @@ def get_args(argv=None):
     t.add_argument("--max-turns", type=int, default=10, help="assistant turns per trajectory (SPEC §6)")
     t.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
                    help="default: llm when a sim client is set, else replay")
+    t.add_argument("--sim-parse", choices=PARSES, default=PARSES[0],
+                   help="project = think blocks dropped and object arguments only; release = neither (train.py)")
     llm.add_client_flags(t, "sim")
     llm.add_client_flags(t, "judge")
 
@@ -455,7 +458,7 @@ def main(argv=None):
         model, tok = load_policy(a.model, a.dtype, a.device)
         tasks = load_tasks(a.data)[:a.limit]
         sim_client = llm.client_from_args(a, "sim")
-        sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client)
+        sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client, parse=a.sim_parse)
         judge_client = llm.client_from_args(a, "judge")
         judge = llm.LLMJudge(judge_client) if judge_client else rewards.FactsJudge()
         summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.batch_size, a.max_turns, a.max_tokens,

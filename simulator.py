@@ -18,12 +18,16 @@ linear helpers; JSON through segment.loads, bounded). `malformed` picks the pars
   block or item is a Call with an error, shown as "Error: " + error, and a turn that opens
   `<tool_call>` but yields no call gets one Call(error=NO_CALL); the trajectory goes on.
 Only the first `max_calls` (20, the release's max_parallel_calls) calls of a turn are kept.
+`parse="release"` reads calls as the release's agent loop does: think blocks are not dropped
+(a call inside one is answered), and JSON arguments that are not an object (a list, a number,
+a string) are no check-1 error: check 3 skips them (toucan_vllm_tool.py checks required
+parameters of a dict only) and they go to the backend as they are.
 
 Checks, in order, with the released code's strings; a call that fails one gets
 `call.error` set to its observation:
 1. bad arguments     "Error: " + call.error, e.g. `Error: Invalid tool arguments format - <reason>`
                      (arguments that are JSON but not an object are an error here; the
-                     release passes them on to the LLM)
+                     release passes them on to the LLM: `parse="release"`)
 2. unknown tool      `Tool '<name>' not found in the current available tools set.`
 3. missing required  `Tool '<name>' missing required parameters: ['a', 'b']`   (str of a list)
 4. schema violation  `Tool '<name>' arguments do not match its schema: <message> at '<$.path>'`
@@ -101,6 +105,7 @@ FAILED = "Error when executing tool: "  # check 5
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 MAX_TOKENS = 4096  # per simulated answer: the release's max_new_tokens (toucan_tool_config.yaml)
 MAX_CALLS = 20     # calls answered per turn: the release's max_parallel_calls (train_slca_grpo.sh)
+PARSES = ("project", "release")  # think blocks dropped and object arguments only, or neither (the release's agent loop)
 PATTERN_SECONDS = 0.2  # ours: time for all schema `pattern` matches of one call (catastrophic backtracking)
 MAX_STEPS = 10_000     # ours: keyword evaluations in a call's schema check (shipped tools: < 100; 60 props: 1,500)
 SCHEMA_SECONDS = 2.0   # ours: wall-time backstop of a call's check; the step budget (deterministic) ends it first
@@ -292,9 +297,9 @@ def _oversize(value):
     return ""
 
 
-def parse_calls(text, malformed="end", limit=None):
+def parse_calls(text, malformed="end", limit=None, parse="project"):
     """The first `limit` (all if None) calls of one assistant turn; see the module doc. Never raises."""
-    text = strip_think(text)
+    text = strip_think(text) if parse == "project" else text
     calls = []
     for body in find_blocks(text):
         if limit is not None and len(calls) >= limit:
@@ -307,13 +312,13 @@ def parse_calls(text, malformed="end", limit=None):
         except ValueError:
             continue
         items = [obj] if isinstance(obj, dict) else obj if isinstance(obj, list) else []
-        calls += [_call(item) for item in items if isinstance(item, dict) and isinstance(item.get("name"), str)]
+        calls += [_call(item, parse) for item in items if isinstance(item, dict) and isinstance(item.get("name"), str)]
     if malformed == "answer" and not calls and OPEN in text:
         calls.append(Call(error=NO_CALL))
     return calls[:limit]
 
 
-def _call(item):
+def _call(item, parse):
     """One item of a block as the release reads it (tool_parser.py, then the agent loop's json.loads)."""
     name = item["name"]
     args = item.get("arguments") or item.get("parameters")  # the release's rule: empty "arguments" falls through
@@ -324,7 +329,7 @@ def _call(item):
             args = loads(args)
         except ValueError as e:
             return Call(name, error=f"Invalid tool arguments format - {e}")
-    if not isinstance(args, dict):
+    if not isinstance(args, dict) and parse == "project":
         return Call(name, error=f"Invalid tool arguments format - arguments must be a JSON object, "
                                 f"got {type(args).__name__}")
     return Call(name, args)
@@ -372,12 +377,13 @@ class Simulator:
 
     def __init__(self, backend="replay", client=None, schema_check="full", ablate=False, max_chars=2048,
                  temperature=0.6, retries=3, cache_dir=None, max_tokens=MAX_TOKENS, malformed="end",
-                 max_calls=MAX_CALLS):
+                 max_calls=MAX_CALLS, parse=PARSES[0]):
         assert backend in ("replay", "llm") and schema_check in ("full", "light") and malformed in ("end", "answer")
+        assert parse in PARSES
         assert backend == "replay" or client is not None, "the llm backend needs a client (llm.py)"
         self.backend, self.client, self.schema_check, self.ablate = backend, client, schema_check, ablate
         self.max_chars, self.temperature, self.retries, self.max_tokens = max_chars, temperature, retries, max_tokens
-        self.malformed, self.max_calls = malformed, max_calls
+        self.malformed, self.max_calls, self.parse = malformed, max_calls, parse
         self.stats = dict.fromkeys(("calls", "errors", "cached", "asked", "failed", "no_reply", "bad_cache_lines"), 0)
         self.cache, self.cache_path, self._lock = {}, None, threading.Lock()
         self._validators = {}  # schema JSON -> validator, or None for an invalid schema (checked light)
@@ -392,7 +398,7 @@ class Simulator:
         """Per text: (calls, observations), one observation per call, in call order."""
         out, pending = [], []  # pending: (turn index, call index, tool definition, call)
         for t, (text, task) in enumerate(zip(texts, tasks)):
-            calls = parse_calls(text, self.malformed, self.max_calls)
+            calls = parse_calls(text, self.malformed, self.max_calls, self.parse)
             tools = _tools(task)
             obs = []
             for i, call in enumerate(calls):
@@ -425,7 +431,7 @@ class Simulator:
             return None
         required = schema.get("required")
         missing = [p for p in required if isinstance(p, str) and p not in call.arguments] \
-            if isinstance(required, list) else []
+            if isinstance(required, list) and isinstance(call.arguments, dict) else []
         if missing:
             return f"Tool '{call.name}' missing required parameters: {missing}"
         if self.schema_check == "full":

@@ -89,7 +89,7 @@ from loss import policy_loss
 from rollout import collate, prompt_ids, rollout
 from segment import take_unencodable
 from sft import optimizer_step, warm_start
-from simulator import Simulator
+from simulator import PARSES, Simulator
 
 # ---------------------------------------------------------------------------------------------
 # presets: the paper's recipe (SPEC §7) for a named model, a CPU-sized one for the embedded demo
@@ -216,6 +216,10 @@ def get_args(argv=None):
     g.add_argument("--malformed", choices=["end", "answer"], default="end",
                    help="a block that is not JSON or never closed: end = no call, the trajectory ends (the "
                         "release's parser); answer = an error observation and the trajectory goes on")
+    g.add_argument("--sim-parse", choices=PARSES, default=PARSES[0],
+                   help="how the simulator reads a turn's calls: project = think blocks dropped, arguments must "
+                        "be a JSON object (check 1); release = the released agent loop's: think blocks kept (a "
+                        "call inside one is answered), arguments that are not an object go to the LLM")
     g.add_argument("--sim-cache", default=None, help="folder for the simulator's answer cache")
     g.add_argument("--max-fail-rate", type=num, default=0.5,
                    help="stop when more than this share of a step's rollouts lost a tool or judge answer to an "
@@ -656,7 +660,8 @@ def run(a, rank, tasks, evals, convs, got):
         raise SystemExit(f"no RL prompt fits --max-prompt-tokens {a.max_prompt_tokens}")
     sim_client = llm.client_from_args(a, "sim")
     sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
-                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed)
+                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed,
+                    parse=a.sim_parse)
     judge_client = llm.client_from_args(a, "judge")
     judge = llm.LLMJudge(judge_client) if judge_client else rewards.FactsJudge()
     rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals stay clean
