@@ -78,7 +78,7 @@ from tqdm import tqdm
 import llm
 import rewards
 from advantage import group_normalize, route, slca_advantages, toolpo_advantages
-from data import MAX_PROMPT_TOKENS, DataError, drop_long, load_sft, load_tasks, release_files
+from data import MAX_PROMPT_TOKENS, TURNS, DataError, drop_long, load_sft, load_tasks, release_files
 from eval import format_table, score_rollouts, summarize
 from llm import load_policy
 from parallel import (LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, gather, gathered,
@@ -141,6 +141,9 @@ def get_args(argv=None):
     g.add_argument("--sft-warmup", type=num, default=0.1, help="share of SFT steps spent warming up")
     g.add_argument("--sft-batch", type=int, default=None, help="conversations per optimizer step")
     g.add_argument("--sft-max-len", type=int, default=None, help="token cutoff per conversation")
+    g.add_argument("--sft-turns", choices=TURNS, default=TURNS[0],
+                   help="an assistant's text and the call after it: merge = one turn (what rollouts see); "
+                        "release = two turns, each with its own end token (LLaMA-Factory's data)")
     g.add_argument("--sft-limit", type=int, default=None, help="use the first N conversations only")
     g.add_argument("--sft-weight-decay", type=num, default=None, help="AdamW weight decay of the warm start")
     g = p.add_argument_group("RL")
@@ -555,7 +558,7 @@ def main(argv=None):
     try:
         tasks = load_tasks(a.data, a.skip_bad_rows)
         evals = load_tasks(a.eval_data, a.skip_bad_rows)[:a.eval_limit] if a.eval_data else []
-        convs = load_sft(a.sft_data, a.skip_bad_rows)[:a.sft_limit] if a.sft_data else []
+        convs = load_sft(a.sft_data, a.skip_bad_rows, a.sft_turns)[:a.sft_limit] if a.sft_data else []
     except DataError as e:
         raise SystemExit(f"error: {e}") from None
     held = lock(a.out, rank)  # one run per --out, until this process ends
