@@ -77,7 +77,7 @@ from tqdm import tqdm
 
 import llm
 import rewards
-from advantage import group_normalize, route, slca_advantages, toolpo_advantages
+from advantage import STATS, grpo_advantages, route, slca_advantages, toolpo_advantages
 from data import MAX_PROMPT_TOKENS, TURNS, DataError, drop_long, load_sft, load_tasks, release_files
 from eval import format_table, score_rollouts, summarize
 from llm import load_policy
@@ -194,6 +194,10 @@ def get_args(argv=None):
                         "reference rule over the gold calls")
     g.add_argument("--norm-by-std", action=argparse.BooleanOptionalAction, default=True,
                    help="--no-norm-by-std subtracts the group mean only (Dr. GRPO)")
+    g.add_argument("--group-stats", choices=STATS, default=STATS[0],
+                   help="exact = float64, equal rewards give exactly 0, a GRPO group of one gets 0; release = "
+                        "the release's float32 (sixteen equal 0.9s get ±0.1) and verl's mean 0, std 1 for a GRPO "
+                        "group of one")
     g.add_argument("--toolpo-norm-by-std", action="store_true",
                    help="ToolPO divides by the group std too (what the release's ToolPO launchers ran, verl's "
                         "default; the paper and SPEC §3.3 say no std)")
@@ -348,16 +352,17 @@ def advantages(scores, batch, gids, keep, a):
     tp = batch["tool_mask"].bool().any(1).cpu() & keep                                  # (B,)
     sp = batch["summary_mask"].bool().any(1).cpu() & keep
     adv_tool, adv_sum = slca_advantages(col("r_tool"), col("r_sum"), tp, sp, gids, lam_tool=a.lam_tool,
-                                        lam_sum=a.lam_sum, norm_by_std=a.norm_by_std)  # (B,) each
+                                        lam_sum=a.lam_sum, norm_by_std=a.norm_by_std, stats=a.group_stats)  # (B,) each
     dev = lambda x: x.to(a.device)  # noqa: E731
     if a.algo == "slca":                                                                # Eq. 8
         A = route(dev(adv_tool), dev(adv_sum), batch["tool_mask"], batch["summary_mask"])
     elif a.algo == "grpo":                                                              # Eq. 6
-        adv = group_normalize(col("score"), keep, gids, norm_by_std=a.norm_by_std)    # (B,)
+        adv = grpo_advantages(col("score"), gids, norm_by_std=a.norm_by_std, present=keep,
+                              stats=a.group_stats)                                      # (B,)
         A = route(dev(adv), dev(adv), batch["tool_mask"], batch["summary_mask"])
     else:                                                                               # Eq. 13
         a_succ, a_action = toolpo_advantages(col("r_succ"), col("r_action"), keep, tp, gids,
-                                             norm_by_std=a.toolpo_norm_by_std)
+                                             norm_by_std=a.toolpo_norm_by_std, stats=a.group_stats)
         A = route(dev(a_succ + a_action), dev(a_succ), batch["tool_mask"], batch["summary_mask"])
     return A, tp, sp, adv_tool, adv_sum                                                # (B, L), (B,) ...
 
