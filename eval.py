@@ -68,6 +68,7 @@ import llm
 import rewards
 from llm import load_policy
 from rollout import rollout
+from segment import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
 from simulator import PARSES
 
 THRESHOLDS = (0.7, 0.8, 0.9, 1.0)  # the release's success@ / tool_success@ levels (rl/slca_grpo/reward_fn.py)
@@ -334,7 +335,8 @@ def fingerprint(a):
     if a.bench == "toucan":
         return {**fp, "model": ident(a.model), "data": ident(a.data), "max_turns": a.max_turns,
                 "sim": [a.sim_backend or ("llm" if who(a, "sim") else "replay"), who(a, "sim")],
-                "judge": who(a, "judge") or "facts", "sim_parse": a.sim_parse}
+                "judge": who(a, "judge") or "facts", "sim_parse": a.sim_parse,
+                "json_depth": a.json_depth}
     fp.update(agent=who(a, "agent"), framing=a.framing, temperature=a.temperature)
     if a.bench == "bfcl":
         return {**fp, "bfcl_eval": version("bfcl-eval")}
@@ -380,6 +382,8 @@ def get_args(argv=None):
     t.add_argument("--max-turns", type=int, default=10, help="assistant turns per trajectory (SPEC §6)")
     t.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
                    help="default: llm when a sim client is set, else replay")
+    t.add_argument("--json-depth", type=int, default=MAX_JSON_DEPTH,
+                   help=f"JSON nested deeper than this is invalid; up to {MAX_SAFE_DEPTH} (train.py)")
     t.add_argument("--sim-parse", choices=PARSES, default=PARSES[0],
                    help="project = think blocks dropped and object arguments only; release = neither (train.py)")
     llm.add_client_flags(t, "sim")
@@ -421,6 +425,8 @@ def get_args(argv=None):
     m.add_argument("summaries", nargs="+", help="<out>.summary.json files (or their .jsonl result files)")
     m.add_argument("--out", default=None, help="write the table as JSON here")
     a = p.parse_args(argv)
+    if a.bench == "toucan" and not 1 <= a.json_depth <= MAX_SAFE_DEPTH:
+        p.error(f"--json-depth must be in 1..{MAX_SAFE_DEPTH}")
     if a.bench not in ("plot", "aggregate"):
         import torch
         a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -455,6 +461,7 @@ def main(argv=None):
         from data import load_tasks
         from simulator import Simulator
 
+        set_json_depth(a.json_depth)
         model, tok = load_policy(a.model, a.dtype, a.device)
         tasks = load_tasks(a.data)[:a.limit]
         sim_client = llm.client_from_args(a, "sim")

@@ -87,7 +87,7 @@ from parallel import (LOCK, Unusable, all_sum, autocast, barrier, check_folder, 
 from logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from loss import policy_loss
 from rollout import collate, prompt_ids, rollout
-from segment import take_unencodable
+from segment import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth, take_unencodable
 from sft import optimizer_step, warm_start
 from simulator import PARSES, Simulator
 
@@ -227,6 +227,9 @@ def get_args(argv=None):
                    help="how the simulator reads a turn's calls: project = think blocks dropped, arguments must "
                         "be a JSON object (check 1); release = the released agent loop's: think blocks kept (a "
                         "call inside one is answered), arguments that are not an object go to the LLM")
+    g.add_argument("--json-depth", type=int, default=MAX_JSON_DEPTH,
+                   help=f"JSON nested deeper than this is invalid (no call, no gold) wherever model output or "
+                        f"data is parsed; up to {MAX_SAFE_DEPTH} (the release has no bound and can crash)")
     g.add_argument("--sim-cache", default=None, help="folder for the simulator's answer cache")
     g.add_argument("--max-fail-rate", type=num, default=0.5,
                    help="stop when more than this share of a step's rollouts lost a tool or judge answer to an "
@@ -294,6 +297,8 @@ def check_args(p, a):
         p.error("--prompts-per-step must be a multiple of --mini-batch")
     if a.mini_batch % int(os.environ.get("WORLD_SIZE", "1")):
         p.error("--mini-batch must be a multiple of the number of processes (each takes an equal share)")
+    if not 1 <= a.json_depth <= MAX_SAFE_DEPTH:
+        p.error(f"--json-depth must be in 1..{MAX_SAFE_DEPTH}")
     if a.sft_weight_decay < 0:
         p.error("--sft-weight-decay must be >= 0")
     if any(w < 0 for w in a.hierr_weights):
@@ -553,6 +558,7 @@ def stop_signal(got):
 
 def main(argv=None):
     a = get_args(argv)
+    set_json_depth(a.json_depth)
     if a.resume and not os.path.exists(os.path.join(a.out, "config.json")):
         raise SystemExit(f"--resume: no run to continue in --out {a.out} (no config.json)")
     rank, _ = setup_dist(a)

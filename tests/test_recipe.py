@@ -46,7 +46,9 @@ def test_release_flags_win_over_both_presets(paper):
 
 @pytest.mark.parametrize("argv,message", [(["--epochs", "0"], "--epochs must be >= 1"),
                                           (["--sft-weight-decay", "-1"], "--sft-weight-decay must be >= 0"),
-                                          (["--summary-gate", "any"], "--summary-gate: invalid choice: 'any'")])
+                                          (["--summary-gate", "any"], "--summary-gate: invalid choice: 'any'"),
+                                          (["--json-depth", "0"], "--json-depth must be in 1..256"),
+                                          (["--sim-parse", "any"], "--sim-parse: invalid choice: 'any'")])
 def test_bad_recipe_flags_name_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         train.get_args(argv)
