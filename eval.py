@@ -69,7 +69,7 @@ import rewards
 from llm import load_policy
 from rollout import rollout
 from segment import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
-from simulator import PARSES
+from simulator import PARSES, PROMPT, PROMPT_FIELDS
 
 THRESHOLDS = (0.7, 0.8, 0.9, 1.0)  # the release's success@ / tool_success@ levels (rl/slca_grpo/reward_fn.py)
 SUCCESS = 0.9                      # SPEC §9: the headline Success@0.9
@@ -336,7 +336,8 @@ def fingerprint(a):
         return {**fp, "model": ident(a.model), "data": ident(a.data), "max_turns": a.max_turns,
                 "sim": [a.sim_backend or ("llm" if who(a, "sim") else "replay"), who(a, "sim")],
                 "judge": who(a, "judge") or "facts", "sim_parse": a.sim_parse,
-                "json_depth": a.json_depth}
+                "json_depth": a.json_depth,
+                "prompts": hashlib.sha256((a.sim_template + a.judge_template).encode()).hexdigest()[:16]}
     fp.update(agent=who(a, "agent"), framing=a.framing, temperature=a.temperature)
     if a.bench == "bfcl":
         return {**fp, "bfcl_eval": version("bfcl-eval")}
@@ -382,6 +383,10 @@ def get_args(argv=None):
     t.add_argument("--max-turns", type=int, default=10, help="assistant turns per trajectory (SPEC §6)")
     t.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
                    help="default: llm when a sim client is set, else replay")
+    t.add_argument("--sim-prompt", metavar="FILE", default=None,
+                   help="the simulator's prompt template with {definition} and {call} (train.py)")
+    t.add_argument("--judge-prompt", metavar="FILE", default=None,
+                   help="the judge's template with {question}, {responses}, {response} (train.py)")
     t.add_argument("--json-depth", type=int, default=MAX_JSON_DEPTH,
                    help=f"JSON nested deeper than this is invalid; up to {MAX_SAFE_DEPTH} (train.py)")
     t.add_argument("--sim-parse", choices=PARSES, default=PARSES[0],
@@ -425,8 +430,14 @@ def get_args(argv=None):
     m.add_argument("summaries", nargs="+", help="<out>.summary.json files (or their .jsonl result files)")
     m.add_argument("--out", default=None, help="write the table as JSON here")
     a = p.parse_args(argv)
-    if a.bench == "toucan" and not 1 <= a.json_depth <= MAX_SAFE_DEPTH:
-        p.error(f"--json-depth must be in 1..{MAX_SAFE_DEPTH}")
+    if a.bench == "toucan":
+        if not 1 <= a.json_depth <= MAX_SAFE_DEPTH:
+            p.error(f"--json-depth must be in 1..{MAX_SAFE_DEPTH}")
+        try:  # read here so a bad file fails before the result file is touched
+            a.sim_template = llm.read_template("--sim-prompt", a.sim_prompt, PROMPT_FIELDS, PROMPT)
+            a.judge_template = llm.read_template("--judge-prompt", a.judge_prompt, llm.JUDGE_FIELDS, llm.JUDGE_PROMPT)
+        except ValueError as e:
+            p.error(str(e))
     if a.bench not in ("plot", "aggregate"):
         import torch
         a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -465,9 +476,10 @@ def main(argv=None):
         model, tok = load_policy(a.model, a.dtype, a.device)
         tasks = load_tasks(a.data)[:a.limit]
         sim_client = llm.client_from_args(a, "sim")
-        sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client, parse=a.sim_parse)
+        sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client, parse=a.sim_parse,
+                        prompt=a.sim_template)
         judge_client = llm.client_from_args(a, "judge")
-        judge = llm.LLMJudge(judge_client) if judge_client else rewards.FactsJudge()
+        judge = llm.LLMJudge(judge_client, prompt=a.judge_template) if judge_client else rewards.FactsJudge()
         summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.batch_size, a.max_turns, a.max_tokens,
                                 a.out, fp)
         print(format_table(summary))

@@ -44,6 +44,9 @@ apart: the simulator marks such a call `failed`, the judge raises ConnectionErro
   rating is asked again (`retries`) and then gives None (scores 0, SPEC §2.2); no answer at
   all raises the builtin ConnectionError (rewards.score drops the rollout). A rating takes
   at most about `deadline` + one `complete` call (an HTTPClient: its own `deadline`).
+  `prompt` and `solved_prompt` replace JUDGE_PROMPT and SOLVED_PROMPT, e.g. with the
+  release's text brought by the user (`read_template`: a file with the same placeholders;
+  train.py and eval.py --judge-prompt, --solved-prompt); replies are still read as above.
 
 Simplified: no streaming, no token-level logprobs, no prompt caching, no proxies.
 
@@ -61,6 +64,7 @@ import random
 import re
 import shutil
 import socket
+import string
 import threading
 import time
 from contextlib import ExitStack, contextmanager
@@ -390,6 +394,30 @@ in words inside double square brackets:
 Rating: [[<level>]]"""
 
 
+JUDGE_FIELDS = ("question", "responses", "response")  # the placeholders of JUDGE_PROMPT and SOLVED_PROMPT
+
+
+def read_template(flag, path, fields, default):
+    """`default`, or when `path` is given the prompt template in that UTF-8 file, checked to
+    hold exactly the str.format placeholders `fields` (each at least once, literal braces
+    doubled). Otherwise ValueError, one line naming `flag` and `path` and what is wrong."""
+    if path is None:
+        return default
+    try:
+        text = open(path, encoding="utf-8").read()
+        found = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{flag} {path}: cannot read it: {e}") from None
+    except ValueError as e:  # a single { or }
+        raise ValueError(f"{flag} {path}: not a str.format template ({e}; write literal braces as {{{{ and }}}})") \
+            from None
+    if found != set(fields):
+        missing, extra = sorted(set(fields) - found), sorted(found - set(fields))
+        raise ValueError(f"{flag} {path}: the placeholders must be exactly " + ", ".join(f"{{{f}}}" for f in fields)
+                         + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else ""))
+    return text
+
+
 def fence(tag, text, attrs=""):
     """`text` as data inside <tag>...</tag>: a closing tag inside it (`</tag`, any case or
     spacing) becomes `&lt;/tag`, and special-token strings (`<|...`, `<｜...`) become
@@ -451,16 +479,18 @@ class LLMJudge:
     """The summary judge of SPEC §2.2 on any client; greedy; see the module doc. `solved` is
     ToolPO's Solved/Unsolved verdict (SPEC §3.3) on the same client."""
 
-    def __init__(self, client, retries=2, max_tokens=JUDGE_MAX_TOKENS, deadline=DEADLINE):
+    def __init__(self, client, retries=2, max_tokens=JUDGE_MAX_TOKENS, deadline=DEADLINE, prompt=JUDGE_PROMPT,
+                 solved_prompt=SOLVED_PROMPT):
         self.client, self.retries, self.max_tokens, self.deadline = client, retries, max_tokens, deadline
+        self.prompt, self.solved_prompt = prompt, solved_prompt  # templates with JUDGE_FIELDS (read_template)
 
     def rate(self, question, tool_responses, response, facts=None):
         """1..5; None when no answer held a rating; ConnectionError when the client gave no answer."""
-        return self._ask(judge_prompt(question, tool_responses, response), parse_rating)
+        return self._ask(judge_prompt(question, tool_responses, response, self.prompt), parse_rating)
 
     def solved(self, question, tool_responses, response):
         """True / False; None when no answer held a verdict; ConnectionError as for `rate`."""
-        return self._ask(judge_prompt(question, tool_responses, response, SOLVED_PROMPT), parse_verdict)
+        return self._ask(judge_prompt(question, tool_responses, response, self.solved_prompt), parse_verdict)
 
     def _ask(self, text, parse):
         """Only answers that `parse` cannot read are asked again, and only while `deadline`

@@ -135,6 +135,7 @@ Examples:
 {definition}
 The call to answer:
 {call}"""
+PROMPT_FIELDS = ("definition", "call")  # PROMPT's placeholders: what a template of --sim-prompt must hold
 DEFINITION = "\nTool definition:\n{}\n"
 
 
@@ -377,13 +378,13 @@ class Simulator:
 
     def __init__(self, backend="replay", client=None, schema_check="full", ablate=False, max_chars=2048,
                  temperature=0.6, retries=3, cache_dir=None, max_tokens=MAX_TOKENS, malformed="end",
-                 max_calls=MAX_CALLS, parse=PARSES[0]):
+                 max_calls=MAX_CALLS, parse=PARSES[0], prompt=PROMPT):
         assert backend in ("replay", "llm") and schema_check in ("full", "light") and malformed in ("end", "answer")
         assert parse in PARSES
         assert backend == "replay" or client is not None, "the llm backend needs a client (llm.py)"
         self.backend, self.client, self.schema_check, self.ablate = backend, client, schema_check, ablate
         self.max_chars, self.temperature, self.retries, self.max_tokens = max_chars, temperature, retries, max_tokens
-        self.malformed, self.max_calls, self.parse = malformed, max_calls, parse
+        self.malformed, self.max_calls, self.parse, self.prompt = malformed, max_calls, parse, prompt
         self.stats = dict.fromkeys(("calls", "errors", "cached", "asked", "failed", "no_reply", "bad_cache_lines"), 0)
         self.cache, self.cache_path, self._lock = {}, None, threading.Lock()
         self._validators = {}  # schema JSON -> validator, or None for an invalid schema (checked light)
@@ -527,7 +528,7 @@ class Simulator:
                 shown = ""
         request = json.dumps([{"name": call.name, "parameters": call.arguments, "depend_on": []}],
                              ensure_ascii=False).replace("<", "\\u003c")
-        return PROMPT.format(definition=shown, call=f"{OPEN}{request}{CLOSE}")
+        return self.prompt.format(definition=shown, call=f"{OPEN}{request}{CLOSE}")
 
     def _count(self, **counts):
         with self._lock:

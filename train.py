@@ -89,7 +89,7 @@ from loss import policy_loss
 from rollout import collate, prompt_ids, rollout
 from segment import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth, take_unencodable
 from sft import optimizer_step, warm_start
-from simulator import PARSES, Simulator
+from simulator import PARSES, PROMPT, PROMPT_FIELDS, Simulator
 
 # ---------------------------------------------------------------------------------------------
 # presets: the paper's recipe (SPEC §7) for a named model, a CPU-sized one for the embedded demo
@@ -231,6 +231,14 @@ def get_args(argv=None):
                    help=f"JSON nested deeper than this is invalid (no call, no gold) wherever model output or "
                         f"data is parsed; up to {MAX_SAFE_DEPTH} (the release has no bound and can crash)")
     g.add_argument("--sim-cache", default=None, help="folder for the simulator's answer cache")
+    g.add_argument("--sim-prompt", metavar="FILE", default=None,
+                   help="the simulator LLM's prompt template (e.g. the release's text) with the placeholders "
+                        "{definition} and {call}; default: simulator.PROMPT")
+    g.add_argument("--judge-prompt", metavar="FILE", default=None,
+                   help="the judge's rating template with {question}, {responses}, {response}; the reply must "
+                        "still end in [[level]]; default: llm.JUDGE_PROMPT")
+    g.add_argument("--solved-prompt", metavar="FILE", default=None,
+                   help="ToolPO's Solved/Unsolved template, the same placeholders; default: llm.SOLVED_PROMPT")
     g.add_argument("--max-fail-rate", type=num, default=0.5,
                    help="stop when more than this share of a step's rollouts lost a tool or judge answer to an "
                         "endpoint failure (such rollouts are dropped from the loss)")
@@ -301,6 +309,12 @@ def check_args(p, a):
         p.error(f"--json-depth must be in 1..{MAX_SAFE_DEPTH}")
     if a.sft_weight_decay < 0:
         p.error("--sft-weight-decay must be >= 0")
+    try:  # the frozen LLMs' prompt texts, read once here so a bad file fails before any work
+        a.sim_template = llm.read_template("--sim-prompt", a.sim_prompt, PROMPT_FIELDS, PROMPT)
+        a.judge_template = llm.read_template("--judge-prompt", a.judge_prompt, llm.JUDGE_FIELDS, llm.JUDGE_PROMPT)
+        a.solved_template = llm.read_template("--solved-prompt", a.solved_prompt, llm.JUDGE_FIELDS, llm.SOLVED_PROMPT)
+    except ValueError as e:
+        p.error(str(e))
     if any(w < 0 for w in a.hierr_weights):
         p.error("--hierr-weights must be >= 0")
     if a.resume and a.overwrite:
@@ -675,9 +689,10 @@ def run(a, rank, tasks, evals, convs, got):
     sim_client = llm.client_from_args(a, "sim")
     sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
                     schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed,
-                    parse=a.sim_parse)
+                    parse=a.sim_parse, prompt=a.sim_template)
     judge_client = llm.client_from_args(a, "judge")
-    judge = llm.LLMJudge(judge_client) if judge_client else rewards.FactsJudge()
+    judge = llm.LLMJudge(judge_client, prompt=a.judge_template, solved_prompt=a.solved_template) if judge_client \
+        else rewards.FactsJudge()
     rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals stay clean
 
     t_start = time.time()

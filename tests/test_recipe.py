@@ -280,3 +280,43 @@ def test_group_stats_release_reaches_the_advantages():
             ["--algo", algo, "--device", "cpu", "--group-stats", "release"]))[0]
         assert exact.abs().max() == 0 and release[:16].abs().min() > 0.01    # float32 noise on equal rewards
         assert release[16].tolist() == ([0.0] * 3 if algo == "slca" else pytest.approx([0.7 / (1 + 1e-6)] * 3))
+
+
+# --------------------------------------------------------------------------------------------
+# --sim-prompt, --judge-prompt, --solved-prompt
+def test_prompt_files_replace_the_frozen_llms_texts(tmp_path):
+    import llm
+    import simulator
+    (tmp_path / "sim.txt").write_text("SIM {{json}} {definition} then {call}")
+    (tmp_path / "judge.txt").write_text("RATE {question} / {responses} / {response}")
+    a = train.get_args(["--sim-prompt", str(tmp_path / "sim.txt"), "--judge-prompt", str(tmp_path / "judge.txt")])
+    seen = []
+    client = SimpleNamespace(complete=lambda batch, t, n: [seen.append(m[-1]["content"]) or
+                                                          "<tool_response>{}</tool_response>" for m in batch])
+    sim = simulator.Simulator("llm", client=client, schema_check="light", prompt=a.sim_template)
+    now = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    sim.respond([CALL], [SimpleNamespace(tools=now, allowed_tools=["f"], responses=[])])
+    judge = llm.LLMJudge(SimpleNamespace(complete=lambda batch, t, n: [seen.append(m[-1]["content"]) or "[[good]]"
+                                                                        for m in batch]),
+                         prompt=a.judge_template, solved_prompt=a.solved_template)
+    assert judge.rate("q", ["r"], "ans") == 4
+    assert seen[0].startswith("SIM {json} \nTool definition:\n") and seen[0].endswith(" then <tool_call>" + json.dumps(
+        [{"name": "f", "parameters": {"x": 1}, "depend_on": []}]) + "</tool_call>")
+    assert seen[1].startswith("RATE <question>\nq\n</question> / ")
+    d = train.get_args([])
+    assert (d.sim_template, d.judge_template, d.solved_template) == (simulator.PROMPT, llm.JUDGE_PROMPT,
+                                                                     llm.SOLVED_PROMPT)
+
+
+@pytest.mark.parametrize("text,why", [("no placeholders", "missing ['call', 'definition']"),
+                                      ("{definition} {call} {extra}", "unknown ['extra']"),
+                                      ("{definition} {call} {", "not a str.format template"),
+                                      (None, "cannot read it")])
+def test_bad_prompt_file_is_one_line_naming_flag_and_file(tmp_path, capsys, text, why):
+    path = tmp_path / "p.txt"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit) as e:
+        train.get_args(["--sim-prompt", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and f"error: --sim-prompt {path}: " in err and why in err
