@@ -338,7 +338,8 @@ def fingerprint(a):
                 "judge": who(a, "judge") or "facts", "sim_parse": a.sim_parse,
                 "json_depth": a.json_depth,
                 "prompts": hashlib.sha256((a.sim_template + a.judge_template).encode()).hexdigest()[:16]}
-    fp.update(agent=who(a, "agent"), framing=a.framing, temperature=a.temperature)
+    fp.update(agent=who(a, "agent"), framing=a.framing, temperature=a.temperature, loop_cut=a.loop_cut,
+              system_prompt=hashlib.sha256(a.system_template.encode()).hexdigest()[:16])
     if a.bench == "bfcl":
         return {**fp, "bfcl_eval": version("bfcl-eval")}
     return {**fp, "user": who(a, "user"), "user_temperature": a.user_temperature,
@@ -352,12 +353,14 @@ def role_generate(a, role, max_tokens, temperature, framing, keep_system, loaded
     from bench.models import client_generate, local_generate
 
     if flag(a, role, "url"):
-        return client_generate(llm.client_from_args(a, role), max_tokens, temperature, framing, keep_system)
+        return client_generate(llm.client_from_args(a, role), max_tokens, temperature, framing, keep_system,
+                               a.system_template)
     name = (a.model if role == "agent" else None) or flag(a, role, "model")
     if name not in loaded:
         model, tok = load_policy(name, a.dtype, a.device)
         loaded[name] = model.eval(), tok
-    return local_generate(*loaded[name], a.batch_size, max_tokens, temperature, framing, keep_system)
+    return local_generate(*loaded[name], a.batch_size, max_tokens, temperature, framing, keep_system,
+                          a.system_template, a.loop_cut)
 
 
 def get_args(argv=None):
@@ -395,13 +398,16 @@ def get_args(argv=None):
     llm.add_client_flags(t, "judge")
 
     # the extra's modules import their benchmark package only when they run
-    from bench import bfcl, tau2
+    from bench import bfcl, hermes, tau2
     b = bench("bfcl", "BFCL V3 accuracy: single-turn AST, Java/JavaScript, multi-turn", 8,
               "prompts (multi-turn: episodes) per generate call", 8192, "per reply (the release's)")
     b.add_argument("--categories", nargs="+", default=list(bfcl.RELEASE_CATEGORIES), choices=bfcl.CATEGORIES,
                    metavar="CATEGORY", help=f"the release's 13 by default; all: {' '.join(bfcl.CATEGORIES)}")
     b.add_argument("--limit", type=int, default=None, help="first N items of each category")
     b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (the release's)")
+    b.add_argument("--missing-zero", action="store_true",
+                   help="each of the release's 13 categories not run counts as 0 in its section's mean "
+                        "(evalscope's, the release's); default: left out")
 
     u = bench("tau2", "τ²-Bench pass^1 (airline, retail, telecom)", 5,  # the release's TAU2_EVAL_BATCH_SIZE
               "tasks run at once, their turns batched", 1024, "per agent reply (the release's)")
@@ -419,6 +425,12 @@ def get_args(argv=None):
         s.add_argument("--framing", choices=["toucan", "qwen"], default="toucan",
                        help="toucan: the release's system prompt and one JSON-list block per step; "
                             "qwen: Qwen2.5's own tool prompt")
+        s.add_argument("--system-prompt", metavar="FILE", default=None,
+                       help="toucan framing: the instructions between the head and the tools (e.g. the release's "
+                            "Toucan text); default: bench.hermes.TOUCAN_RULES")
+        s.add_argument("--loop-cut", action=argparse.BooleanOptionalAction, default=True,
+                       help="end an in-process reply stuck in a loop (bench/models.py LoopStop); --no-loop-cut "
+                            "runs it on to the budget, as the release's vLLM")
         llm.add_client_flags(s, "agent")
 
     g = sub.add_parser("plot", help="training curves, reward parts and advantage statistics as PNGs", **fmt)
@@ -438,6 +450,12 @@ def get_args(argv=None):
             a.judge_template = llm.read_template("--judge-prompt", a.judge_prompt, llm.JUDGE_FIELDS, llm.JUDGE_PROMPT)
         except ValueError as e:
             p.error(str(e))
+    if a.bench in ("bfcl", "tau2"):
+        try:
+            a.system_template = Path(a.system_prompt).read_text(encoding="utf-8") if a.system_prompt \
+                else hermes.TOUCAN_RULES
+        except (OSError, UnicodeDecodeError) as e:
+            p.error(f"--system-prompt {a.system_prompt}: cannot read it: {e}")
     if a.bench not in ("plot", "aggregate"):
         import torch
         a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -487,7 +505,7 @@ def main(argv=None):
     elif a.bench == "bfcl":
         from bench import bfcl
         agent = role_generate(a, "agent", a.max_tokens, a.temperature, a.framing, False, {})
-        summary = bfcl.run_bfcl(agent, a.categories, a.limit, a.batch_size, a.out, fp)
+        summary = bfcl.run_bfcl(agent, a.categories, a.limit, a.batch_size, a.out, fp, a.missing_zero)
         rows = {**summary["per_category"],
                 **{k: {"accuracy": v} for k, v in summary.items() if k != "per_category"}}
         print(text_table(rows, [("total", "n"), ("accuracy", "accuracy")], width=10))
