@@ -81,7 +81,7 @@ MIN_SUMMARY_CHARS = 10     # SPEC §2.2: shorter final responses score 0
 MAX_JUDGE_CHARS = 32_768   # per text handed to a judge: 8,192 response tokens (SPEC §6) at ~4 characters a token
 BOOLS = {"true": True, "false": False, "1": True, "0": False}  # SPEC §2.1 loose_equal
 GATES = ("real", "release")  # what opens S_sum: real tool responses only, or any <tool_response> block (the release's)
-INPUTS = ("policy", "decoded")  # what the process score reads: the policy's own text, or the decoded trajectory (the release's)
+INPUTS = ("policy", "decoded")  # the process score reads: the policy's own text, or the decoded trajectory (release)
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 
 

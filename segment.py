@@ -50,7 +50,7 @@ import torch
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 MAX_JSON_CHARS = 1_000_000  # bound on any JSON text parsed from the policy, an endpoint or a data row
 MAX_JSON_DEPTH = 64         # bound on its nesting (json.loads recurses once per level)
-MAX_SAFE_DEPTH = 256        # the highest bound set_json_depth takes: asdict of a 600-level value hits Python's recursion limit
+MAX_SAFE_DEPTH = 256        # set_json_depth's highest: asdict of a 600-level value hits Python's recursion limit
 _json_depth = [MAX_JSON_DEPTH]  # the bound loads() applies unless told otherwise (set_json_depth)
 SURROGATE = re.compile("[\ud800-\udfff]")  # the code points a str can hold and UTF-8 cannot encode
 REPLACEMENT = "\ufffd"      # U+FFFD REPLACEMENT CHARACTER: what an unencodable code point becomes
@@ -84,8 +84,8 @@ def loads(text, max_chars=MAX_JSON_CHARS, max_depth=None):
     """json.loads for untrusted text, in bounded time and memory.
 
     Every failure is a ValueError with a short reason: too long, nested deeper than
-    `max_depth` (default: the set_json_depth bound; checked before parsing, by one linear scan when the text holds more than
-    `max_depth` opening brackets, so deep input never reaches the recursive decoder), not JSON,
+    `max_depth` (default: the set_json_depth bound; checked before parsing, by one linear
+    scan when the text holds more than `max_depth` opening brackets, so deep input never reaches the recursive decoder), not JSON,
     or an integer beyond Python's digit limit.
     """
     if not isinstance(text, (str, bytes, bytearray)):

@@ -270,7 +270,8 @@ def test_loop_cut_can_be_turned_off():
     for loop_stop in (True, False):
         models.decode(Model([5, 6]), tok, [[1, 2]], 100, 0.0, 4, [tok.eos_token_id], loop_stop)
     assert seen == [["LoopStop"], []]
-    assert E.get_args(["bfcl", "--out", "x"]).loop_cut and not E.get_args(["bfcl", "--out", "x", "--no-loop-cut"]).loop_cut
+    assert E.get_args(["bfcl", "--out", "x"]).loop_cut
+    assert not E.get_args(["bfcl", "--out", "x", "--no-loop-cut"]).loop_cut
 
 
 def test_system_prompt_file_replaces_the_toucan_rules(tmp_path, capsys):
