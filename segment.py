@@ -85,8 +85,8 @@ def loads(text, max_chars=MAX_JSON_CHARS, max_depth=None):
 
     Every failure is a ValueError with a short reason: too long, nested deeper than
     `max_depth` (default: the set_json_depth bound; checked before parsing, by one linear
-    scan when the text holds more than `max_depth` opening brackets, so deep input never reaches the recursive decoder), not JSON,
-    or an integer beyond Python's digit limit.
+    scan when the text holds more than `max_depth` opening brackets, so deep input never
+    reaches the recursive decoder), not JSON, or an integer beyond Python's digit limit.
     """
     if not isinstance(text, (str, bytes, bytearray)):
         raise ValueError(f"expected text, got {type(text).__name__}")
