@@ -8,8 +8,9 @@
 
 toucan: greedy rollouts on an eval split (rollout.py), answered by the simulator (SGLS with
 --sim-url, or replay offline) and scored by HierR with the judge (--judge-url, or the offline
-facts judge) on the real tool responses (Rollout.responses). Metrics, overall and per
-parallel_type:
+facts judge) on the real tool responses (Rollout.responses). As in train.py, --sim-parse,
+--sim-prompt, --judge-prompt and --json-depth restore the release's parsing and bring its
+prompt texts. Metrics, overall and per parallel_type:
 
     Name F1          mean of the name part of Eq. 2;   ArgMatch  mean of (key + value) / 2
     Process          mean S_process (0 on an omission, Eq. 4)
@@ -33,9 +34,12 @@ test is `--model` (or --agent-model), loaded in-process and decoded by bench/mod
 or an OpenAI-compatible endpoint given by --agent-url (--agent-model names the served
 model); τ²'s user simulator likewise (--user-url, or --user-model in-process, one copy when
 it is the agent's model). Replies end at eos, at <|im_start|> and when
-they loop. --framing toucan (default) is the release's: its Toucan-style system prompt,
-calls as one JSON list per step, replies stopping at the first </tool_call>; --framing qwen
-is Qwen2.5's own tool prompt. The release's settings are the defaults: BFCL greedy, 8,192
+they loop (--no-loop-cut: on to the budget, as the release). --framing toucan (default) is
+the release's: its Toucan-style system prompt (--system-prompt FILE replaces the
+instructions, e.g. with the release's text), calls as one JSON list per step, replies
+stopping at the first </tool_call>; --framing qwen is Qwen2.5's own tool prompt.
+bfcl --missing-zero counts each of the release's categories not run as 0 in its section's
+mean (evalscope's); by default they are left out. The release's settings are the defaults: BFCL greedy, 8,192
 tokens per reply, its 13 categories; τ² agent temperature 0.6, user temperature 0.7, 1,024
 tokens per reply, 5 tasks at once.
 
