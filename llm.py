@@ -39,7 +39,8 @@ apart: the simulator marks such a call `failed`, the judge raises ConnectionErro
   cached Hugging Face folder first (dequantized once), so everything downstream loads folders.
 - `LLMJudge`: the judge interface of rewards.py (`rate(question, tool_responses, response,
   facts) -> int | None`) on any client, greedy, 8,192 tokens (the release's; GPT-OSS spends
-  reasoning tokens inside them), answer form `Rating: [[<level>]]`. The question, every tool
+  reasoning tokens inside them), answer form `Rating: [[<level>]]` (or, without one, the
+  release's `<rating><level></rating>`). The question, every tool
   response and the policy's answer sit in tagged blocks (`fence`). An answer without a
   rating is asked again (`retries`) and then gives None (scores 0, SPEC §2.2); no answer at
   all raises the builtin ConnectionError (rewards.score drops the rollout). A rating takes
@@ -367,6 +368,7 @@ def client_from_args(args, role):
 
 
 LEVELS = {"very poor": 1, "poor": 2, "acceptable": 3, "good": 4, "excellent": 5}  # SPEC §2.2, r = 1..5
+RELEASE_RATING_RE = re.compile(r"<rating>([^<]*)</rating>", re.IGNORECASE)  # the release's reply form (reward_fn.py)
 RATING_RE = re.compile(r"\[\[([^\[\]]+)\]\]")  # [[x]], x without brackets (last_bracketed folds case, spaces)
 # Linear in the reply: one quantifier, over a class without its delimiters, so a try at a `[[`
 # reads to the next bracket and backs off at most as far, and tries at different `[[` read
@@ -446,8 +448,13 @@ def last_bracketed(text):
 
 
 def parse_rating(text):
-    """The last `[[level]]` of a judge reply -> 1..5 (a digit 1-5 also counts), else None."""
+    """The last `[[level]]` of a judge reply -> 1..5 (a digit 1-5 also counts); without one,
+    the first `<rating>level</rating>` (what the release's judge prompt asks for, so its text
+    works with --judge-prompt; linear: the group stops at the next `<`); else None."""
     level = last_bracketed(text)
+    if level is None:
+        m = RELEASE_RATING_RE.search(text or "")
+        level = " ".join(m[1].lower().split()) if m else None
     return LEVELS.get(level) or (int(level) if level in ("1", "2", "3", "4", "5") else None)
 
 
