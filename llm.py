@@ -47,7 +47,7 @@ apart: the simulator marks such a call `failed`, the judge raises ConnectionErro
   at most about `deadline` + one `complete` call (an HTTPClient: its own `deadline`).
   `prompt` and `solved_prompt` replace JUDGE_PROMPT and SOLVED_PROMPT, e.g. with the
   release's text brought by the user (`read_template`: a file with the same placeholders;
-  train.py and eval.py --judge-prompt, --solved-prompt); replies are still read as above.
+  train.py --judge-prompt, --solved-prompt; eval.py --judge-prompt); replies are read as above.
 
 Simplified: no streaming, no token-level logprobs, no prompt caching, no proxies.
 

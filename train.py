@@ -235,8 +235,9 @@ def get_args(argv=None):
                    help="the simulator LLM's prompt template (e.g. the release's text) with the placeholders "
                         "{definition} and {call}; default: simulator.PROMPT")
     g.add_argument("--judge-prompt", metavar="FILE", default=None,
-                   help="the judge's rating template with {question}, {responses}, {response}; the reply must "
-                        "still end in [[level]]; default: llm.JUDGE_PROMPT")
+                   help="the judge's rating template with {question}, {responses}, {response} (e.g. the release's "
+                        "text, placeholders renamed); replies are read as [[level]] or the release's "
+                        "<rating>level</rating>; default: llm.JUDGE_PROMPT")
     g.add_argument("--solved-prompt", metavar="FILE", default=None,
                    help="ToolPO's Solved/Unsolved template, the same placeholders; default: llm.SOLVED_PROMPT")
     g.add_argument("--max-fail-rate", type=num, default=0.5,
