@@ -196,8 +196,8 @@ def get_args(argv=None):
                    help="--no-norm-by-std subtracts the group mean only (Dr. GRPO)")
     g.add_argument("--group-stats", choices=STATS, default=STATS[0],
                    help="exact = float64, equal rewards give exactly 0, a GRPO group of one gets 0; release = "
-                        "the release's float32 (sixteen equal 0.9s get ±0.1) and verl's mean 0, std 1 for a GRPO "
-                        "group of one")
+                        "the release's float32 torch statistics (sixteen equal 0.9s get a nonzero advantage) and "
+                        "verl's mean 0, std 1 for a GRPO group of one")
     g.add_argument("--toolpo-norm-by-std", action="store_true",
                    help="ToolPO divides by the group std too (what the release's ToolPO launchers ran, verl's "
                         "default; the paper and SPEC §3.3 say no std)")
