@@ -31,8 +31,12 @@ divided both terms by (std + ε); `norm_by_std=True` reproduces that.
 
 Numerics (docs/method.md §3.2). Group statistics are computed in float64 and a group whose present
 rewards are all equal gets exactly 0: in float32 the mean of sixteen 0.9s is off by one ulp
-and (x - mean)/(std + ε) gives ±0.106 (the release has this too), and float64 alone still
-leaves ~1e-10. Results come back in the input's dtype.
+and (x - mean)/(std + ε) gives each a nonzero advantage (the release: torch's float32 mean
+and std give -0.056 on CPU; a running sum gives +0.106), and float64 alone still
+leaves ~1e-10. Results come back in the input's dtype. `stats="release"` computes them as the
+release does (core_algos.py): in float32, equal rewards not set to 0, and a plain GRPO group
+with one present member gets verl's mean 0, std 1 (the fewer-than-two rule stays for SLCA's
+segments and A^action, as in the release's `_groupwise_normalize_with_present`).
 
 Non-finite rewards. Masking uses torch.where, never a product (NaN·0 = NaN): an absent
 rollout's reward, whatever it holds, never enters a statistic. A NaN or ±inf reward of a
@@ -53,7 +57,7 @@ environment state (the same observations so far), which lines up calls that foll
 plan even when an earlier turn was split or repeated. ω = 0 is SLCA exactly (`route`).
 
 Simplification: GRPO uses the same fewer-than-two rule (a lone rollout gets 0); verl instead
-gives a group of one mean 0 and std 1. The two agree for every G >= 2.
+gives a group of one mean 0 and std 1 (`stats="release"`). The two agree for every G >= 2.
 
 Everything is vectorised over the batch with integer group ids (any values, any order);
 tests/test_advantage.py holds the plain-loop reference.
@@ -61,50 +65,78 @@ tests/test_advantage.py holds the plain-loop reference.
 import torch
 
 EPS = 1e-6  # docs/method.md §3: ε of the released code
+STATS = ("exact", "release")  # group statistics: float64, equal values give 0; or float32 as the release computes them
 
 
-def group_normalize(x, present, group_ids, eps=EPS, norm_by_std=True):
+def group_normalize(x, present, group_ids, eps=EPS, norm_by_std=True, stats=STATS[0]):
     """(x - group mean) / (group std + ε) over the present members of each group.
 
     x: (B,) float, present: (B,) bool, group_ids: (B,) int. Returns (B,) in x's dtype, 0 where
     absent, where the group has fewer than two present members, where their values are all
-    equal, or where a present member's value is not finite.
+    equal (stats "exact" only), or where a present member's value is not finite.
     """
     _, g = torch.unique(group_ids, return_inverse=True)        # (B,) dense ids 0..NG-1
     n_groups = int(g.max()) + 1 if g.numel() else 0
-    x64 = x.double()                                            # (B,) statistics in float64
-    zeros = x64.new_zeros(n_groups)
-    bad = zeros.index_add(0, g, (present & ~x64.isfinite()).double()) > 0  # (NG,) group has a non-finite reward
+    xs = x.double() if stats == "exact" else x.float()         # (B,) statistics in float64, or the release's float32
+    zeros = xs.new_zeros(n_groups)
+    bad = zeros.index_add(0, g, (present & ~xs.isfinite()).to(xs.dtype)) > 0  # (NG,) group has a non-finite reward
     use = present & ~bad[g]                                     # (B,) rows that enter the statistics
-    v = torch.where(use, x64, 0.0)                              # (B,)
-    count = zeros.index_add(0, g, use.double())                 # (NG,)
-    mean = zeros.index_add(0, g, v) / count.clamp(min=1)        # (NG,)
-    dev = torch.where(use, x64 - mean[g], 0.0)                  # (B,)
+    count = zeros.index_add(0, g, use.to(xs.dtype))             # (NG,)
+    if stats == "exact":
+        mean = zeros.index_add(0, g, torch.where(use, xs, 0.0)) / count.clamp(min=1)    # (NG,)
+        sq = torch.where(use, xs - mean[g], 0.0) ** 2                                  # (B,)
+        std = (zeros.index_add(0, g, sq) / (count - 1).clamp(min=1)).sqrt()            # (NG,) unbiased
+    else:
+        mean, std = _release_stats(xs, use, g, n_groups)        # (NG,) each
+    dev = torch.where(use, xs - mean[g], 0.0)                   # (B,)
     if norm_by_std:
-        var = zeros.index_add(0, g, dev * dev) / (count - 1).clamp(min=1)  # (NG,) unbiased
-        dev = dev / (var.sqrt()[g] + eps)
-    inf = torch.full_like(zeros, float("inf"))
-    lo = inf.scatter_reduce(0, g, torch.where(use, x64, float("inf")), "amin")    # (NG,)
-    hi = (-inf).scatter_reduce(0, g, torch.where(use, x64, -float("inf")), "amax")
-    keep = use & (count[g] >= 2) & (hi > lo)[g]                 # (B,) equal values give exactly 0
+        dev = dev / (std[g] + eps)
+    keep = use & (count[g] >= 2)                                # (B,)
+    if stats == "exact":                                        # equal values give exactly 0
+        inf = torch.full_like(zeros, float("inf"))
+        lo = inf.scatter_reduce(0, g, torch.where(use, xs, float("inf")), "amin")    # (NG,)
+        hi = (-inf).scatter_reduce(0, g, torch.where(use, xs, -float("inf")), "amax")
+        keep &= (hi > lo)[g]
     return torch.where(keep, dev, 0.0).to(x.dtype)
 
 
-def grpo_advantages(scores, group_ids, eps=EPS, norm_by_std=True):
-    """Eq. 6: one advantage per rollout, (B,). Broadcast it with `response_mask`."""
-    return group_normalize(scores, torch.ones_like(scores, dtype=torch.bool), group_ids, eps, norm_by_std)
+def _release_stats(xs, use, g, n_groups):
+    """Each group's mean and unbiased std as the release computes them (core_algos.py): torch's
+    mean and std of the group's used values, one group at a time; 0 where a group has fewer
+    than two. xs, use, g: (B,). Returns (NG,), (NG,)."""
+    parts = [xs[use & (g == k)] for k in range(n_groups)]
+    mean = torch.stack([p.mean() if len(p) else xs.new_zeros(()) for p in parts])       # (NG,)
+    std = torch.stack([p.std() if len(p) > 1 else xs.new_zeros(()) for p in parts])     # (NG,)
+    return mean, std
+
+
+def alone(adv, x, present, group_ids, eps=EPS, norm_by_std=True):
+    """adv with verl's rule for a group of one present member: mean 0, std 1, so x, or
+    x / (1 + ε) with std. All (B,)."""
+    _, g = torch.unique(group_ids, return_inverse=True)        # (B,) dense ids
+    count = torch.bincount(g, weights=present.double())         # (NG,) present members
+    lone = x / (1 + eps) if norm_by_std else x                  # (B,)
+    return torch.where(present & (count[g] == 1) & x.isfinite(), lone, adv)
+
+
+def grpo_advantages(scores, group_ids, eps=EPS, norm_by_std=True, present=None, stats=STATS[0]):
+    """Eq. 6: one advantage per rollout, (B,), over the `present` rollouts (all if None).
+    Broadcast it with `response_mask`. stats "release" adds verl's group-of-one rule."""
+    present = torch.ones_like(scores, dtype=torch.bool) if present is None else present
+    adv = group_normalize(scores, present, group_ids, eps, norm_by_std, stats)
+    return alone(adv, scores, present, group_ids, eps, norm_by_std) if stats == "release" else adv
 
 
 def slca_advantages(r_tool, r_sum, tool_present, summary_present, group_ids,
-                    eps=EPS, lam_tool=1.0, lam_sum=1.0, norm_by_std=True):
+                    eps=EPS, lam_tool=1.0, lam_sum=1.0, norm_by_std=True, stats=STATS[0]):
     """Eq. 7 with λ applied after normalisation: (adv_tool, adv_sum), each (B,)."""
-    adv_tool = lam_tool * group_normalize(r_tool, tool_present, group_ids, eps, norm_by_std)
-    adv_sum = lam_sum * group_normalize(r_sum, summary_present, group_ids, eps, norm_by_std)
+    adv_tool = lam_tool * group_normalize(r_tool, tool_present, group_ids, eps, norm_by_std, stats)
+    adv_sum = lam_sum * group_normalize(r_sum, summary_present, group_ids, eps, norm_by_std, stats)
     return adv_tool, adv_sum
 
 
 def toolpo_advantages(r_succ, r_action, present, tool_present, group_ids, lam_action=1.0, norm_by_std=False,
-                      eps=EPS):
+                      eps=EPS, stats=STATS[0]):
     """Eq. 13: (adv_succ, adv_action), each (B,), adv_action already scaled by λ_action.
 
     present: (B,) bool, the rollouts that enter A^succ (all of them in the release; a caller
@@ -112,12 +144,9 @@ def toolpo_advantages(r_succ, r_action, present, tool_present, group_ids, lam_ac
     present rollouts). Per token: `route(adv_succ + adv_action, adv_succ, tool_mask,
     summary_mask)`, i.e. adv_succ on every response token plus adv_action on the tool tokens.
     """
-    _, g = torch.unique(group_ids, return_inverse=True)        # (B,) dense ids
-    count = torch.bincount(g, weights=present.double())         # (NG,) present members
-    adv_succ = group_normalize(r_succ, present, group_ids, eps, norm_by_std)
-    alone = r_succ / (1 + eps) if norm_by_std else r_succ       # verl: a group of one has mean 0, std 1
-    adv_succ = torch.where(present & (count[g] == 1) & r_succ.isfinite(), alone, adv_succ)
-    adv_action = lam_action * group_normalize(r_action, tool_present, group_ids, eps, norm_by_std)
+    adv_succ = alone(group_normalize(r_succ, present, group_ids, eps, norm_by_std, stats), r_succ, present,
+                     group_ids, eps, norm_by_std)
+    adv_action = lam_action * group_normalize(r_action, tool_present, group_ids, eps, norm_by_std, stats)
     return adv_succ, adv_action
 
 

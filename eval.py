@@ -23,7 +23,9 @@ simulator's flags (--sim-*, --schema-check, --no-sgls, --malformed) and the judg
 prints the run's "after RL" row exactly, for a single-process run with a deterministic
 simulator and judge (replay or a warm --sim-cache; the facts judge or a greedy one): a
 sampled LLM simulator, or a multi-process run (FSDP gathers its weights in --dtype), give
-other numbers. Metrics, overall and per parallel_type:
+other numbers. As in train.py, --sim-parse, --sim-prompt, --judge-prompt and --json-depth
+restore the release's parsing and bring its prompt texts. Metrics, overall and per
+parallel_type:
 
     Name F1          mean of the name part of Eq. 2;   ArgMatch  mean of (key + value) / 2
     Process          mean S_process (0 on an omission, Eq. 4)
@@ -75,7 +77,8 @@ from lib.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
 from lib.model import load_policy
 from lib.parallel import autocast
 from rollout import MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, prompt_ids, rollout
-from simulator import MALFORMED, SCHEMA_CHECKS, Simulator
+from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
+from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
 from lib.files import append_jsonl, read_jsonl
 
 THRESHOLDS = (0.7, 0.8, 0.9, 1.0)  # the release's success@ / tool_success@ levels (rl/slca_grpo/reward_fn.py)
@@ -133,24 +136,29 @@ def resume(path, fingerprint=None):
 # ---------------------------------------------------------------------------------------------
 # toucan
 def score_rollouts(rs, judge, weights=None, lam_tool=1.0, lam_sum=1.0, workers=16, strict=False, succ_judge=False,
-                   gate="real", tok=None):
+                   gate="real", tok=None, reward_input="policy"):
     """HierR for each rollout (rewards.score; `strict` and `succ_judge` as there), plus what
     the logs need from the rollout. The summary gate: "real" judges the rollout's final turn
     on its real tool responses; "release" judges rewards.release_final on every
     <tool_response> block (rewards.release_responses) of its response ids decoded by `tok` as
-    the release decodes them (special tokens skipped). Scored on `workers` threads, so a
-    remote judge answers them concurrently. score_norm is the released code's normalised
-    score (success_code@t)."""
+    the release decodes them (special tokens skipped). The process score reads the policy's
+    own text (reward_input "policy") or, as the release does, that decoded trajectory, tool
+    turns included ("decoded": a <tool_call> or <think> inside a tool response counts as the
+    policy's). Scored on `workers` threads, so a remote judge answers them concurrently.
+    score_norm is the released code's normalised score (success_code@t)."""
     if gate not in rewards.GATES or (gate == "release" and tok is None):
         raise ValueError(f"gate must be one of {rewards.GATES} (release needs tok), not {gate!r}")
+    if reward_input not in rewards.INPUTS or (reward_input == "decoded" and tok is None):
+        raise ValueError(f"reward_input must be one of {rewards.INPUTS} (decoded needs tok), not {reward_input!r}")
 
     def one(r):
+        decoded = tok.decode(r.ids, skip_special_tokens=True) if gate == "release" or reward_input == "decoded" else ""
         if gate == "real":
             final, responses = r.final, r.responses
         else:
-            text = tok.decode(r.ids, skip_special_tokens=True)
-            final, responses = rewards.release_final(text), rewards.release_responses(text)
-        s = rewards.score(r.text, final, tool_responses=responses, task=r.task, judge=judge,
+            final, responses = rewards.release_final(decoded), rewards.release_responses(decoded)
+        text = r.text if reward_input == "policy" else decoded
+        s = rewards.score(text, final, tool_responses=responses, task=r.task, judge=judge,
                           weights=weights, lam_tool=lam_tool, lam_sum=lam_sum, strict=strict, succ_judge=succ_judge)
         s.update(score_norm=max(0.0, s["score"]) / (lam_tool + lam_sum) if lam_tool + lam_sum > 0 else 0.0,
                  tool_turns=r.tool_turns, stop=r.stop, length=len(r.ids), sim_failed=r.failed,
@@ -199,16 +207,17 @@ def summarize(scores):
 
 
 def evaluate(model, tok, tasks, simulator, judge, batch_size=64, max_turns=MAX_TURNS, max_tokens=MAX_TOKENS,
-             max_tool_rounds=MAX_TOOL_ROUNDS, strict=False, gate=rewards.GATES[0]):
+             max_tool_rounds=MAX_TOOL_ROUNDS, strict=False, gate=rewards.GATES[0],
+             reward_input=rewards.INPUTS[0]):
     """The Toucan evaluation, the one that train.py's before/after-RL rows and `eval.py toucan`
     both run: greedy rollouts on `tasks` (`batch_size` per generate call; caps as rollout.py's,
     `max_tool_rounds` 0 = no cap), scored by score_rollouts with the default HierR weights and
-    λ_tool = λ_sum = 1 whatever the training used (`strict` and `gate` as there). Returns
+    λ_tool = λ_sum = 1 whatever the training used (`strict`, `gate`, `reward_input` as there). Returns
     (per-task scores, rollouts); summarize(scores) is the table. The caller picks the task set
     (data.drop_long for the long-prompt filter) and the compute dtype (parallel.autocast)."""
     rs = rollout(model, tok, tasks, simulator, temperature=0.0, max_turns=max_turns, max_tokens=max_tokens,
                  batch_size=batch_size, max_tool_rounds=max_tool_rounds or None)
-    return score_rollouts(rs, judge, strict=strict, gate=gate, tok=tok), rs
+    return score_rollouts(rs, judge, strict=strict, gate=gate, tok=tok, reward_input=reward_input), rs
 
 
 def run_toucan(model, tok, tasks, simulator, judge, out_jsonl=None, fingerprint=None, batch_size=64, **settings):
@@ -303,10 +312,11 @@ def fingerprint(a):
     fp = {"bench": a.bench, "dtype": a.dtype, "max_tokens": a.max_tokens}
     return {**fp, "model": ident(a.model), "data": ident(a.data), "max_turns": a.max_turns,
             "max_tool_rounds": a.max_tool_rounds, "max_prompt_tokens": a.max_prompt_tokens,
-            "strict_calls": a.strict_calls, "summary_gate": a.summary_gate,
+            "strict_calls": a.strict_calls, "summary_gate": a.summary_gate, "reward_input": a.reward_input,
             "sim": [a.sim_backend or ("llm" if who(a, "sim") else "replay"), who(a, "sim")],
             "schema_check": a.schema_check, "no_sgls": a.no_sgls, "malformed": a.malformed,
-            "judge": who(a, "judge") or "facts"}
+            "judge": who(a, "judge") or "facts", "sim_parse": a.sim_parse, "json_depth": a.json_depth,
+            "prompts": hashlib.sha256((a.sim_template + a.judge_template).encode()).hexdigest()[:16]}
 
 
 FMT = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}
@@ -362,6 +372,7 @@ def get_args(argv=None):
                    help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
     t.add_argument("--strict-calls", action="store_true", help="as train.py's (rewards.score's strict)")
     t.add_argument("--summary-gate", choices=rewards.GATES, default=rewards.GATES[0], help="as train.py's")
+    t.add_argument("--reward-input", choices=rewards.INPUTS, default=rewards.INPUTS[0], help="as train.py's")
     t.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
                    help="default: llm when a sim client is set, else replay")
     t.add_argument("--schema-check", choices=SCHEMA_CHECKS, default=SCHEMA_CHECKS[0],
@@ -369,6 +380,14 @@ def get_args(argv=None):
     t.add_argument("--no-sgls", action="store_true", help="as train.py's: no tool definition, no checks 2-4")
     t.add_argument("--malformed", choices=MALFORMED, default=MALFORMED[0], help="as train.py's")
     t.add_argument("--sim-cache", default=None, help="folder for the simulator's answer cache")
+    t.add_argument("--sim-prompt", metavar="FILE", default=None,
+                   help="the simulator's prompt template with {definition} and {call} (train.py)")
+    t.add_argument("--judge-prompt", metavar="FILE", default=None,
+                   help="the judge's template with {question}, {responses}, {response} (train.py)")
+    t.add_argument("--json-depth", type=int, default=MAX_JSON_DEPTH,
+                   help=f"JSON nested deeper than this is invalid; up to {MAX_SAFE_DEPTH} (train.py)")
+    t.add_argument("--sim-parse", choices=PARSES, default=PARSES[0],
+                   help="project = think blocks dropped and object arguments only; release = neither (train.py)")
     llm.add_client_flags(t, "sim")
     llm.add_client_flags(t, "judge")
 
@@ -386,6 +405,13 @@ def get_args(argv=None):
         t.set_defaults(**{d: config[RUN_FLAGS.get(d, d)] for d in vars(a)
                           if d not in NOT_FROM_RUN and config.get(RUN_FLAGS.get(d, d)) not in (None, "")})
         a = p.parse_args(argv)
+        if not 1 <= a.json_depth <= MAX_SAFE_DEPTH:
+            p.error(f"--json-depth must be in 1..{MAX_SAFE_DEPTH}")
+        try:  # read here so a bad file fails before the result file is touched
+            a.sim_template = llm.read_template("--sim-prompt", a.sim_prompt, PROMPT_FIELDS, PROMPT)
+            a.judge_template = llm.read_template("--judge-prompt", a.judge_prompt, llm.JUDGE_FIELDS, llm.JUDGE_PROMPT)
+        except ValueError as e:
+            p.error(str(e))
     if a.bench not in ("plot", "aggregate"):
         import torch
         a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -409,19 +435,21 @@ def main(argv=None):
         return table
     fp = fingerprint(a)
     resume(a.out, fp)  # a mismatch stops here, before any model loads
+    set_json_depth(a.json_depth)
     model, tok = load_policy(a.model, "float32", a.device)  # float32 weights computing in --dtype, as train.py
     tasks, dropped = drop_long(load_tasks(a.data)[:a.limit], lambda t: len(prompt_ids(tok, t)), a.max_prompt_tokens)
     if dropped:
         print(f"dropped {dropped} prompts over --max-prompt-tokens {a.max_prompt_tokens}")
     sim_client = llm.client_from_args(a, "sim")
     sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
-                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed)
+                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed,
+                    parse=a.sim_parse, prompt=a.sim_template)
     judge_client = llm.client_from_args(a, "judge")
-    judge = llm.LLMJudge(judge_client) if judge_client else rewards.FactsJudge()
+    judge = llm.LLMJudge(judge_client, prompt=a.judge_template) if judge_client else rewards.FactsJudge()
     with autocast(a):
         summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.out, fp, a.batch_size,
                                 max_turns=a.max_turns, max_tokens=a.max_tokens, max_tool_rounds=a.max_tool_rounds,
-                                strict=a.strict_calls, gate=a.summary_gate)
+                                strict=a.strict_calls, gate=a.summary_gate, reward_input=a.reward_input)
     print(format_table(summary))
     print(text_table(summary, LEVELS, width=12))
     summary = {"fingerprint": fp, **summary}

@@ -83,6 +83,7 @@ MIN_SUMMARY_CHARS = 10     # docs/method.md §2.2: shorter final responses score
 MAX_JUDGE_CHARS = 32_768   # per judged text: 8,192 response tokens (docs/method.md §6) at ~4 characters each
 BOOLS = {"true": True, "false": False, "1": True, "0": False}  # docs/method.md §2.1 loose_equal
 GATES = ("real", "release")  # what opens S_sum: real tool responses only, or any <tool_response> block (the release's)
+INPUTS = ("policy", "decoded")  # the process score reads: the policy's own text, or the decoded trajectory (release)
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 
 

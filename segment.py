@@ -27,6 +27,8 @@ step as a JSON list in one block. The helpers read policy text the way the relea
   invalid block. JSON goes through `loads`, so deep nesting, huge integers or megabytes of
   text are an error, not an exception. It is the one tool-call parser: the reward reads
   blocks with it, and the simulator too (`drop_malformed`, the release's Hermes parser).
+  The nesting bound is lib.text's (process-wide, `set_json_depth`, train.py and eval.py
+  `--json-depth`).
 - `encodable` makes untrusted text safe to hand to a tokenizer. A Python string can hold a
   lone surrogate (U+D800-U+DFFF: `json.loads('"\\ud800"')` makes one, so a tool call's name,
   an endpoint's JSON reply or a data row can carry it), which UTF-8, and therefore every HF
@@ -129,7 +131,7 @@ class Call:
     failed: bool = False
 
 
-def parse_block(body, string_args=True, drop_malformed=False):
+def parse_block(body, string_args=True, drop_malformed=False, object_args=True):
     """Parse one block body into a list of Calls; never raises.
 
     A body is a JSON object (one call) or a JSON list (a parallel step). Each call has a
@@ -145,6 +147,8 @@ def parse_block(body, string_args=True, drop_malformed=False):
     object nor a list, and an item that is not an object or whose "name" is not a string (an
     empty name is kept). Its arguments are `arguments or parameters`, {} only when that is
     null or missing: a falsy `parameters` ("", [], 0) stays and is an argument error.
+    Without `object_args`, arguments that are JSON but not an object are kept as they are
+    (the release's agent loop sends them on; `--sim-parse release`).
     """
     try:
         obj = loads(body if drop_malformed else body.strip())
@@ -155,10 +159,10 @@ def parse_block(body, string_args=True, drop_malformed=False):
     items = obj if isinstance(obj, list) else [obj]
     if drop_malformed:
         items = [item for item in items if isinstance(item, dict) and isinstance(item.get("name"), str)]
-    return [_parse_call(item, string_args, drop_malformed) for item in items]
+    return [_parse_call(item, string_args, drop_malformed, object_args) for item in items]
 
 
-def _parse_call(item, string_args, keep_falsy):
+def _parse_call(item, string_args, keep_falsy, object_args=True):
     """One item as a Call; `keep_falsy`: only a null or missing `parameters` becomes {} (the release's)."""
     if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not (item["name"] or keep_falsy):
         return Call(error='Invalid tool call format - each call needs a non-empty string "name"')
@@ -171,7 +175,7 @@ def _parse_call(item, string_args, keep_falsy):
             args = loads(args)
         except ValueError as e:
             return Call(name, error=f"Invalid tool arguments format - {e}")
-    if not isinstance(args, dict):
+    if not isinstance(args, dict) and object_args:
         return Call(name, error=f"Invalid tool arguments format - arguments must be a JSON object, "
                                 f"got {type(args).__name__}")
     return Call(name, args)

@@ -19,12 +19,16 @@ parser, segment.parse_block; `malformed` picks its mode:
   block or item is a Call with an error, shown as "Error: " + error, and a turn that opens
   `<tool_call>` but yields no call gets one Call(error=NO_CALL); the trajectory goes on.
 Only the first `max_calls` (20, the release's max_parallel_calls) calls of a turn are kept.
+`parse="release"` reads calls as the release's agent loop does: think blocks are not dropped
+(a call inside one is answered), and JSON arguments that are not an object (a list, a number,
+a string) are no check-1 error: check 3 skips them (toucan_vllm_tool.py checks required
+parameters of a dict only) and they go to the backend as they are.
 
 Checks, in order, with the released code's strings; a call that fails one gets
 `call.error` set to its observation:
 1. bad arguments     "Error: " + call.error, e.g. `Error: Invalid tool arguments format - <reason>`
                      (arguments that are JSON but not an object are an error here; the
-                     release passes them on to the LLM)
+                     release passes them on to the LLM: `parse="release"`)
 2. unknown tool      `Tool '<name>' not found in the current available tools set.`
 3. missing required  `Tool '<name>' missing required parameters: ['a', 'b']`   (str of a list)
 4. schema violation  `Tool '<name>' arguments do not match its schema: <message> at '<$.path>'`
@@ -106,6 +110,7 @@ MAX_TOKENS = 4096  # per simulated answer: the release's max_new_tokens (toucan_
 MAX_CALLS = 20     # calls answered per turn: the release's max_parallel_calls (train_slca_grpo.sh)
 SCHEMA_CHECKS = ("full", "light")  # check 4 on, or stopping at check 3 (the released code's); the first is the default
 MALFORMED = ("end", "answer")       # what a block that does not parse does (module doc); the first is the default
+PARSES = ("project", "release")  # think blocks dropped and object arguments only, or neither (the release's agent loop)
 PATTERN_SECONDS = 0.2  # ours: time for all schema `pattern` matches of one call (catastrophic backtracking)
 MAX_STEPS = 10_000     # ours: keyword evaluations in a call's schema check (shipped tools: < 100; 60 props: 1,500)
 SCHEMA_SECONDS = 2.0   # ours: wall-time backstop of a call's check; the step budget (deterministic) ends it first
@@ -135,6 +140,7 @@ Examples:
 {definition}
 The call to answer:
 {call}"""
+PROMPT_FIELDS = ("definition", "call")  # PROMPT's placeholders: what a template of --sim-prompt must hold
 DEFINITION = "\nTool definition:\n{}\n"
 
 
@@ -297,15 +303,15 @@ def _oversize(value):
     return ""
 
 
-def parse_calls(text, malformed="end", limit=None):
+def parse_calls(text, malformed="end", limit=None, parse="project"):
     """The first `limit` (all if None) calls of one assistant turn; see the module doc. Never raises."""
-    text = strip_think(text)
+    text = strip_think(text) if parse == "project" else text
     calls = []
     for body in find_blocks(text):
         if limit is not None and len(calls) >= limit:
             break
         # "end": the release's Hermes parser, what does not parse is dropped; "answer": errors become calls
-        calls += parse_block(body, string_args=True, drop_malformed=malformed == "end")
+        calls += parse_block(body, string_args=True, drop_malformed=malformed == "end", object_args=parse == "project")
     if malformed == "answer" and not calls and OPEN in text:
         calls.append(Call(error=NO_CALL))
     return calls[:limit]
@@ -353,12 +359,13 @@ class Simulator:
 
     def __init__(self, backend="replay", client=None, schema_check=SCHEMA_CHECKS[0], ablate=False, max_chars=2048,
                  temperature=0.6, retries=3, cache_dir=None, max_tokens=MAX_TOKENS, malformed=MALFORMED[0],
-                 max_calls=MAX_CALLS):
+                 max_calls=MAX_CALLS, parse=PARSES[0], prompt=PROMPT):
         assert backend in ("replay", "llm") and schema_check in SCHEMA_CHECKS and malformed in MALFORMED
+        assert parse in PARSES
         assert backend == "replay" or client is not None, "the llm backend needs a client (lib/llm.py)"
         self.backend, self.client, self.schema_check, self.ablate = backend, client, schema_check, ablate
         self.max_chars, self.temperature, self.retries, self.max_tokens = max_chars, temperature, retries, max_tokens
-        self.malformed, self.max_calls = malformed, max_calls
+        self.malformed, self.max_calls, self.parse, self.prompt = malformed, max_calls, parse, prompt
         self.stats = dict.fromkeys(("calls", "errors", "cached", "asked", "failed", "no_reply", "bad_cache_lines"), 0)
         self.cache, self.cache_path, self._lock = {}, None, threading.Lock()
         self._validators = {}  # schema JSON -> validator, or None for an invalid schema (checked light)
@@ -373,7 +380,7 @@ class Simulator:
         """Per text: (calls, observations), one observation per call, in call order."""
         out, pending = [], []  # pending: (turn index, call index, tool definition, call)
         for t, (text, task) in enumerate(zip(texts, tasks)):
-            calls = parse_calls(text, self.malformed, self.max_calls)
+            calls = parse_calls(text, self.malformed, self.max_calls, self.parse)
             tools = _tools(task)
             obs = []
             for i, call in enumerate(calls):
@@ -406,7 +413,7 @@ class Simulator:
             return None
         required = schema.get("required")
         missing = [p for p in required if isinstance(p, str) and p not in call.arguments] \
-            if isinstance(required, list) else []
+            if isinstance(required, list) and isinstance(call.arguments, dict) else []
         if missing:
             return f"Tool '{call.name}' missing required parameters: {missing}"
         if self.schema_check == "full":
@@ -502,7 +509,7 @@ class Simulator:
                 shown = ""
         request = json.dumps([{"name": call.name, "parameters": call.arguments, "depend_on": []}],
                              ensure_ascii=False).replace("<", "\\u003c")
-        return PROMPT.format(definition=shown, call=f"{OPEN}{request}{CLOSE}")
+        return self.prompt.format(definition=shown, call=f"{OPEN}{request}{CLOSE}")
 
     def _count(self, **counts):
         with self._lock:

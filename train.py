@@ -86,8 +86,8 @@ from tqdm import tqdm
 
 from lib import llm
 import rewards
-from advantage import TURN_CREDIT, group_normalize, route, route_turns, slca_advantages, toolpo_advantages, turn_advantages
-from lib.data import MAX_PROMPT_TOKENS, DataError, drop_long, load_sft, load_tasks, release_files
+from advantage import STATS, TURN_CREDIT, grpo_advantages, route, route_turns, slca_advantages, toolpo_advantages, turn_advantages
+from lib.data import MAX_PROMPT_TOKENS, TURNS, DataError, drop_long, load_sft, load_tasks, release_files
 from eval import evaluate, format_table, score_rollouts, summarize
 from lib.model import load_policy
 from lib.parallel import LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, gather, gathered, load_state, lock, read_json, resume_point, save_checkpoint, save_final, set_rng_state, setup_dist, shard, world, writing
@@ -95,9 +95,9 @@ from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from loss import policy_loss
 from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, collate, prompt_ids, rollout
 from segment import run_index
-from lib.text import take_unencodable
+from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth, take_unencodable
 from lib.sft import optimizer_step, warm_start
-from simulator import MALFORMED, SCHEMA_CHECKS, Simulator
+from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
 
 # ---------------------------------------------------------------------------------------------
 # presets: the paper's recipe (docs/method.md §7) for a named model, a CPU-sized one for the embedded demo
@@ -149,6 +149,9 @@ def get_args(argv=None):
     g.add_argument("--sft-warmup", type=num, default=0.1, help="share of SFT steps spent warming up")
     g.add_argument("--sft-batch", type=int, default=None, help="conversations per optimizer step")
     g.add_argument("--sft-max-len", type=int, default=None, help="token cutoff per conversation")
+    g.add_argument("--sft-turns", choices=TURNS, default=TURNS[0],
+                   help="an assistant's text and the call after it: merge = one turn (what rollouts see); "
+                        "release = two turns, each with its own end token (LLaMA-Factory's data)")
     g.add_argument("--sft-limit", type=int, default=None, help="use the first N conversations only")
     g.add_argument("--sft-weight-decay", type=num, default=None, help="AdamW weight decay of the warm start")
     g = p.add_argument_group("RL")
@@ -203,6 +206,10 @@ def get_args(argv=None):
                         "ω x the group-normalised reward of turn k against gold step k; 0 = SLCA exactly")
     g.add_argument("--norm-by-std", action=argparse.BooleanOptionalAction, default=True,
                    help="--no-norm-by-std subtracts the group mean only (Dr. GRPO)")
+    g.add_argument("--group-stats", choices=STATS, default=STATS[0],
+                   help="exact = float64, equal rewards give exactly 0, a GRPO group of one gets 0; release = "
+                        "the release's float32 torch statistics (sixteen equal 0.9s get a nonzero advantage) and "
+                        "verl's mean 0, std 1 for a GRPO group of one")
     g.add_argument("--toolpo-norm-by-std", action="store_true",
                    help="ToolPO divides by the group std too (what the release's ToolPO launchers ran, verl's "
                         "default; the paper says no std, docs/method.md §3.3)")
@@ -216,6 +223,10 @@ def get_args(argv=None):
                         "call), on the tool responses of calls that passed the checks and were answered; release = "
                         "the released reward's: the text after the last tool response, on every <tool_response> "
                         "block of the decoded trajectory, error observations included")
+    g.add_argument("--reward-input", choices=rewards.INPUTS, default=rewards.INPUTS[0],
+                   help="what the process score reads: policy = the policy's own text; decoded = the released "
+                        "reward's, the decoded trajectory with its tool turns (a <tool_call> or <think> inside a "
+                        "tool response counts as the policy's)")
     g.add_argument("--keep-failed", action="store_true",
                    help="train on rollouts that lost a tool or judge answer to an endpoint failure, as the release "
                         "does (the failure's error text stays in the trajectory, a failed rating scores 0); "
@@ -224,7 +235,23 @@ def get_args(argv=None):
     g.add_argument("--malformed", choices=MALFORMED, default=MALFORMED[0],
                    help="a block that is not JSON or never closed: end = no call, the trajectory ends (the "
                         "release's parser); answer = an error observation and the trajectory goes on")
+    g.add_argument("--sim-parse", choices=PARSES, default=PARSES[0],
+                   help="how the simulator reads a turn's calls: project = think blocks dropped, arguments must "
+                        "be a JSON object (check 1); release = the released agent loop's: think blocks kept (a "
+                        "call inside one is answered), arguments that are not an object go to the LLM")
+    g.add_argument("--json-depth", type=int, default=MAX_JSON_DEPTH,
+                   help=f"JSON nested deeper than this is invalid (no call, no gold) wherever model output or "
+                        f"data is parsed; up to {MAX_SAFE_DEPTH} (the release has no bound and can crash)")
     g.add_argument("--sim-cache", default=None, help="folder for the simulator's answer cache")
+    g.add_argument("--sim-prompt", metavar="FILE", default=None,
+                   help="the simulator LLM's prompt template (e.g. the release's text) with the placeholders "
+                        "{definition} and {call}; default: simulator.PROMPT")
+    g.add_argument("--judge-prompt", metavar="FILE", default=None,
+                   help="the judge's rating template with {question}, {responses}, {response} (e.g. the release's "
+                        "text, placeholders renamed); replies are read as [[level]] or the release's "
+                        "<rating>level</rating>; default: llm.JUDGE_PROMPT")
+    g.add_argument("--solved-prompt", metavar="FILE", default=None,
+                   help="ToolPO's Solved/Unsolved template, the same placeholders; default: llm.SOLVED_PROMPT")
     g.add_argument("--max-fail-rate", type=num, default=0.5,
                    help="stop when more than this share of a step's rollouts lost a tool or judge answer to an "
                         "endpoint failure (such rollouts are dropped from the loss)")
@@ -291,12 +318,20 @@ def check_args(p, a):
         p.error("--prompts-per-step must be a multiple of --mini-batch")
     if a.mini_batch % int(os.environ.get("WORLD_SIZE", "1")):
         p.error("--mini-batch must be a multiple of the number of processes (each takes an equal share)")
+    if not 1 <= a.json_depth <= MAX_SAFE_DEPTH:
+        p.error(f"--json-depth must be in 1..{MAX_SAFE_DEPTH}")
     if a.sft_weight_decay < 0:
         p.error("--sft-weight-decay must be >= 0")
     if a.turn_credit < 0:
         p.error("--turn-credit must be >= 0")
     if a.turn_credit and a.algo != "slca":
         p.error(f"--turn-credit is per-turn credit inside SLCA's tool segment: it needs --algo slca, not {a.algo}")
+    try:  # the frozen LLMs' prompt texts, read once here so a bad file fails before any work
+        a.sim_template = llm.read_template("--sim-prompt", a.sim_prompt, PROMPT_FIELDS, PROMPT)
+        a.judge_template = llm.read_template("--judge-prompt", a.judge_prompt, llm.JUDGE_FIELDS, llm.JUDGE_PROMPT)
+        a.solved_template = llm.read_template("--solved-prompt", a.solved_prompt, llm.JUDGE_FIELDS, llm.SOLVED_PROMPT)
+    except ValueError as e:
+        p.error(str(e))
     if any(w < 0 for w in a.hierr_weights):
         p.error("--hierr-weights must be >= 0")
     if a.resume and a.overwrite:
@@ -371,7 +406,8 @@ def advantages(scores, turn_r, batch, gids, keep, a):
     tp = batch["tool_mask"].bool().any(1).cpu() & keep                                  # (B,)
     sp = batch["summary_mask"].bool().any(1).cpu() & keep
     adv_tool, adv_sum = slca_advantages(col("r_tool"), col("r_sum"), tp, sp, gids, lam_tool=a.lam_tool,
-                                        lam_sum=a.lam_sum, norm_by_std=a.norm_by_std)  # (B,) each
+                                        lam_sum=a.lam_sum, norm_by_std=a.norm_by_std,
+                                        stats=a.group_stats)                    # (B,) each
     adv_turn = turn_advantages(*turn_table(turn_r, batch["response_mask"].cpu()), gids,
                                norm_by_std=a.norm_by_std)                               # (B, K)
     dev = lambda x: x.to(a.device)  # noqa: E731
@@ -379,11 +415,12 @@ def advantages(scores, turn_r, batch, gids, keep, a):
         A = route_turns(dev(adv_tool), dev(adv_sum), dev(adv_turn), run_index(batch["response_mask"]),
                         batch["tool_mask"], batch["summary_mask"], a.turn_credit, a.lam_tool)
     elif a.algo == "grpo":                                                              # Eq. 6
-        adv = group_normalize(col("score"), keep, gids, norm_by_std=a.norm_by_std)    # (B,)
+        adv = grpo_advantages(col("score"), gids, norm_by_std=a.norm_by_std, present=keep,
+                              stats=a.group_stats)                                      # (B,)
         A = route(dev(adv), dev(adv), batch["tool_mask"], batch["summary_mask"])
     else:                                                                               # Eq. 13
         a_succ, a_action = toolpo_advantages(col("r_succ"), col("r_action"), keep, tp, gids,
-                                             norm_by_std=a.toolpo_norm_by_std)
+                                             norm_by_std=a.toolpo_norm_by_std, stats=a.group_stats)
         A = route(dev(a_succ + a_action), dev(a_succ), batch["tool_mask"], batch["summary_mask"])
     return A, tp, sp, adv_tool, adv_sum, adv_turn                                      # (B, L), (B,) ..., (B, K)
 
@@ -465,7 +502,8 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     t_roll = time.time() - t0
     weights = dict(zip(rewards.WEIGHTS, [0.0] * 5 if a.no_hierr else a.hierr_weights))
     scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
-                            succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok)
+                            succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok,
+                            reward_input=a.reward_input)
     # a rollout that lost a tool answer or its rating to the network is not trained on (--keep-failed: it is)
     sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
     judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
@@ -584,6 +622,7 @@ def stop_signal(got):
 
 def main(argv=None):
     a = get_args(argv)
+    set_json_depth(a.json_depth)
     if a.resume and not os.path.exists(os.path.join(a.out, "config.json")):
         raise SystemExit(f"--resume: no run to continue in --out {a.out} (no config.json)")
     rank, _ = setup_dist(a)
@@ -594,7 +633,7 @@ def main(argv=None):
     try:
         tasks = load_tasks(a.data, a.skip_bad_rows)
         evals = load_tasks(a.eval_data, a.skip_bad_rows)[:a.eval_limit] if a.eval_data else []
-        convs = load_sft(a.sft_data, a.skip_bad_rows)[:a.sft_limit] if a.sft_data else []
+        convs = load_sft(a.sft_data, a.skip_bad_rows, a.sft_turns)[:a.sft_limit] if a.sft_data else []
     except DataError as e:
         raise SystemExit(f"error: {e}") from None
     held = lock(a.out, rank)  # one run per --out, until this process ends
@@ -699,9 +738,11 @@ def run(a, rank, tasks, evals, convs, got):
         raise SystemExit(f"no RL prompt fits --max-prompt-tokens {a.max_prompt_tokens}")
     sim_client = llm.client_from_args(a, "sim")
     sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
-                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed)
+                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed,
+                    parse=a.sim_parse, prompt=a.sim_template)
     judge_client = llm.client_from_args(a, "judge")
-    judge = llm.LLMJudge(judge_client) if judge_client else rewards.FactsJudge()
+    judge = llm.LLMJudge(judge_client, prompt=a.judge_template, solved_prompt=a.solved_template) if judge_client \
+        else rewards.FactsJudge()
     rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals stay clean
 
     t_start = time.time()
@@ -724,7 +765,7 @@ def run(a, rank, tasks, evals, convs, got):
             return None
         with gathered(model.eval()), autocast(a):
             scores, _ = evaluate(model, tok, evals[rank::world()], sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
-                                 a.max_tool_rounds, a.strict_calls, a.summary_gate)
+                                 a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input)
         mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)
         summary = summarize([s for _, s in sorted(gather(mine), key=lambda x: x[0])])
         log({"label": label, "step": step, **summary}, "eval")

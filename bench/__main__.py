@@ -6,12 +6,15 @@
 The model under test is `--model` (or --agent-model), loaded in-process and decoded by
 bench/models.py, or an OpenAI-compatible endpoint given by --agent-url (--agent-model names
 the served model); τ²'s user simulator likewise (--user-url, or --user-model in-process, one
-copy when it is the agent's model). Replies end at eos, at <|im_start|> and when they loop.
---framing toucan (default) is the release's: its Toucan-style system prompt, calls as one
-JSON list per step, replies stopping at the first </tool_call>; --framing qwen is Qwen2.5's
-own tool prompt. The release's settings are the defaults: BFCL greedy, 8,192 tokens per
-reply, its 13 categories; τ² agent temperature 0.6, user temperature 0.7, 1,024 tokens per
-reply, 5 tasks at once.
+copy when it is the agent's model). Replies end at eos, at <|im_start|> and when they loop
+(--no-loop-cut: on to the budget, as the release). --framing toucan (default) is the
+release's: its Toucan-style system prompt (--system-prompt FILE replaces the instructions,
+e.g. with the release's text), calls as one JSON list per step, replies stopping at the
+first </tool_call>; --framing qwen is Qwen2.5's own tool prompt. bfcl --missing-zero counts
+each of the release's categories not run as 0 in its section's mean (evalscope's); by
+default they are left out. The release's settings are the defaults: BFCL greedy, 8,192
+tokens per reply, its 13 categories; τ² agent temperature 0.6, user temperature 0.7, 1,024
+tokens per reply, 5 tasks at once.
 
 Result files are eval.py's (a fingerprint line, then one line per item, resumed by a rerun
 with the same --out; see its docstring); the fingerprint adds the agent, the framing, the
@@ -19,13 +22,14 @@ temperatures and the benchmark package's version. --limit takes the first N item
 tasks per domain, a seeded subsample).
 """
 import argparse
+import hashlib
 import importlib.metadata
 import json
 from pathlib import Path
 
 import torch
 
-from bench import bfcl, tau2
+from bench import bfcl, hermes, tau2
 from bench.models import Batched, client_generate, local_generate
 from eval import FMT, bench_parser, flag, resume, text_table, who
 from lib import llm
@@ -45,7 +49,8 @@ def fingerprint(a):
     """Everything that changes a benchmark's per-item results. Item selection (--limit,
     --categories, --domains, --seed) is not in it: rows are keyed by item."""
     fp = {"bench": a.bench, "dtype": a.dtype, "max_tokens": a.max_tokens, "agent": who(a, "agent"),
-          "framing": a.framing, "temperature": a.temperature}
+          "framing": a.framing, "temperature": a.temperature, "loop_cut": a.loop_cut,
+          "system_prompt": hashlib.sha256(a.system_template.encode()).hexdigest()[:16]}
     if a.bench == "bfcl":
         return {**fp, "bfcl_eval": version("bfcl-eval")}
     return {**fp, "user": who(a, "user"), "user_temperature": a.user_temperature,
@@ -57,12 +62,14 @@ def role_generate(a, role, max_tokens, temperature, framing, keep_system, loaded
     through llm's client, else the in-process model (the agent's --model, else --{role}-model),
     loaded once per name into `loaded`."""
     if flag(a, role, "url"):
-        return client_generate(llm.client_from_args(a, role), max_tokens, temperature, framing, keep_system)
+        return client_generate(llm.client_from_args(a, role), max_tokens, temperature, framing, keep_system,
+                               a.system_template)
     name = (a.model if role == "agent" else None) or flag(a, role, "model")
     if name not in loaded:
         model, tok = load_policy(name, a.dtype, a.device)
         loaded[name] = model.eval(), tok
-    return local_generate(*loaded[name], a.batch_size, max_tokens, temperature, framing, keep_system)
+    return local_generate(*loaded[name], a.batch_size, max_tokens, temperature, framing, keep_system,
+                          a.system_template, a.loop_cut)
 
 
 def get_args(argv=None):
@@ -74,6 +81,9 @@ def get_args(argv=None):
                    metavar="CATEGORY", help=f"the release's 13 by default; all: {' '.join(bfcl.CATEGORIES)}")
     b.add_argument("--limit", type=int, default=None, help="first N items of each category")
     b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (the release's)")
+    b.add_argument("--missing-zero", action="store_true",
+                   help="each of the release's 13 categories not run counts as 0 in its section's mean "
+                        "(evalscope's, the release's); default: left out")
 
     u = bench_parser(sub, "tau2", "τ²-Bench pass^1 (airline, retail, telecom)", 5,  # the release's TAU2_EVAL_BATCH_SIZE
                      "tasks run at once, their turns batched", 1024, "per agent reply (the release's)")
@@ -91,8 +101,19 @@ def get_args(argv=None):
         s.add_argument("--framing", choices=["toucan", "qwen"], default="toucan",
                        help="toucan: the release's system prompt and one JSON-list block per step; "
                             "qwen: Qwen2.5's own tool prompt")
+        s.add_argument("--system-prompt", metavar="FILE", default=None,
+                       help="toucan framing: the instructions between the head and the tools (e.g. the release's "
+                            "Toucan text); default: bench.hermes.TOUCAN_RULES")
+        s.add_argument("--loop-cut", action=argparse.BooleanOptionalAction, default=True,
+                       help="end an in-process reply stuck in a loop (bench/models.py LoopStop); --no-loop-cut "
+                            "runs it on to the budget, as the release's vLLM")
         llm.add_client_flags(s, "agent")
     a = p.parse_args(argv)
+    try:
+        a.system_template = Path(a.system_prompt).read_text(encoding="utf-8") if a.system_prompt \
+            else hermes.TOUCAN_RULES
+    except (OSError, UnicodeDecodeError) as e:
+        p.error(f"--system-prompt {a.system_prompt}: cannot read it: {e}")
     a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     return a
 
@@ -110,7 +131,7 @@ def main(argv=None):
     resume(a.out, fp)  # a mismatch stops here, before any model loads
     if a.bench == "bfcl":
         agent = role_generate(a, "agent", a.max_tokens, a.temperature, a.framing, False, {})
-        summary = bfcl.run_bfcl(agent, a.categories, a.limit, a.batch_size, a.out, fp)
+        summary = bfcl.run_bfcl(agent, a.categories, a.limit, a.batch_size, a.out, fp, a.missing_zero)
         rows = {**summary["per_category"],
                 **{k: {"accuracy": v} for k, v in summary.items() if k != "per_category"}}
         print(text_table(rows, [("total", "n"), ("accuracy", "accuracy")], width=10))

@@ -63,7 +63,9 @@ Aggregation, as bfcl_eval.eval_checker.eval_runner_helper.generate_leaderboard_c
                        BFCL's own leaderboard takes the unweighted mean of the four),
     overall          = unweighted mean of the non-live, live and multi-turn sections (BFCL's
                        overall accuracy).
-A category that was not run is left out of a mean (BFCL counts it as 0).
+A category that was not run is left out of a mean; with `missing_zero` (eval.py
+--missing-zero) each of the release's 13 not run counts as accuracy 0 with its item count (under
+`limit`, the first `limit`), as evalscope's report (the release's) and BFCL count it.
 
 Known data errors: 6 of the 2,351 Python AST items fail even with their own ground truth
 (simple_363, live_simple_106-63-0, live_simple_112-68-0, live_multiple_507-149-4,
@@ -502,8 +504,9 @@ def _mean(xs):
     return sum(xs) / len(xs) if xs else None
 
 
-def summarize(records):
-    """Per-category accuracy and BFCL's summary numbers (see the module docstring)."""
+def summarize(records, zero=None):
+    """Per-category accuracy and BFCL's summary numbers (see the module docstring). `zero`:
+    {category: item count} of categories not run that count as accuracy 0 over that many items."""
     per = {}
     for r in records:
         c = per.setdefault(r["category"], {"correct": 0, "total": 0})
@@ -511,6 +514,8 @@ def summarize(records):
         c["correct"] += int(bool(r["valid"]))
     for c in per.values():
         c["accuracy"] = c["correct"] / c["total"]
+    for cat, n in (zero or {}).items():
+        per.setdefault(cat, {"correct": 0, "total": n, "accuracy": 0.0, "not_run": True})
 
     def acc(cat):
         return per[cat]["accuracy"] if cat in per else None
@@ -534,10 +539,12 @@ def summarize(records):
     return out
 
 
-def run_bfcl(generate, categories=RELEASE_CATEGORIES, limit=None, batch_size=8, out_jsonl=None, fingerprint=None):
+def run_bfcl(generate, categories=RELEASE_CATEGORIES, limit=None, batch_size=8, out_jsonl=None, fingerprint=None,
+             missing_zero=False):
     """Generate, score and aggregate the first `limit` items of each category, `batch_size`
     prompts per generate call. Resumes from out_jsonl (made under `fingerprint`, eval.resume).
-    Returns summarize(...)."""
+    Returns summarize(...); with `missing_zero`, each of RELEASE_CATEGORIES not in
+    `categories` counts as 0 (module docstring)."""
     items = [it for c in categories for it in load(c, limit)]
     wanted = {it["id"] for it in items}
     done = {r["id"]: r for r in resume(out_jsonl, fingerprint) if r.get("id") in wanted}
@@ -560,4 +567,5 @@ def run_bfcl(generate, categories=RELEASE_CATEGORIES, limit=None, batch_size=8, 
                   for it, text in zip(batch, texts)])
         play(generate, multi, batch_size, lambda it, outputs: keep(
             [{"id": it["id"], "category": it["category"], "output": outputs, **score_multi_turn(it, outputs)}]))
-    return summarize(records)
+    zero = {c: len(load(c, limit)) for c in RELEASE_CATEGORIES if c not in categories} if missing_zero else None
+    return summarize(records, zero)

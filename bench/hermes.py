@@ -16,7 +16,8 @@ any chat template (or an OpenAI-compatible endpoint without tool support) then w
   keep_system=True (τ²: the domain policy), else "You are a helpful assistant." (BFCL: the
   release's template drops the items' system messages). Earlier tool calls are written
   back as one JSON-list block. TOUCAN_RULES is written here in the project's own words with
-  the release's structure and format examples, not its exact text (a flag).
+  the release's structure and format examples, not its exact text: `rules` replaces it, e.g.
+with the release's text brought by the user (eval.py --system-prompt FILE).
 
 In both framings an assistant message's tool calls become its text (content, then the
 block(s)) and a run of tool messages becomes one user message of `<tool_response>` blocks.
@@ -53,13 +54,13 @@ def call_text(call, as_list=False):
     return f"<tool_call>\n{body}\n</tool_call>"
 
 
-def toucan_system(tools, head=DEFAULT_HEAD):
-    """The release-style system message: head, TOUCAN_RULES, the tools (one JSON per line)."""
+def toucan_system(tools, head=DEFAULT_HEAD, rules=TOUCAN_RULES):
+    """The release-style system message: head, the rules, the tools (one JSON per line)."""
     lines = "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tools)
-    return f"{head}\n\n{TOUCAN_RULES}\n\n# Tools\n<tools>\n{lines}</tools>"
+    return f"{head}\n\n{rules}\n\n# Tools\n<tools>\n{lines}</tools>"
 
 
-def as_text(messages, tools, framing="qwen", keep_system=True):
+def as_text(messages, tools, framing="qwen", keep_system=True, rules=TOUCAN_RULES):
     """Chat messages with tools, tool calls and tool results -> plain {role, content} messages."""
     if framing not in FRAMINGS:
         raise ValueError(f"unknown framing {framing!r}; expected one of {FRAMINGS}")
@@ -67,7 +68,7 @@ def as_text(messages, tools, framing="qwen", keep_system=True):
     if framing == "toucan":
         system = [m.get("content") or "" for m in messages if m["role"] == "system"]
         head = "\n".join(system) if keep_system and system else DEFAULT_HEAD
-        out.append({"role": "system", "content": toucan_system(tools, head)})
+        out.append({"role": "system", "content": toucan_system(tools, head, rules)})
         messages = [m for m in messages if m["role"] != "system"]
     elif tools:
         messages = with_tools(messages, tools)

@@ -15,6 +15,7 @@ model (docs/method.md §9):
   (`LoopStop`: its last LOOP_WINDOW tokens repeat one unit of at most LOOP_PERIOD tokens).
   Deviation (a flag): the release's vLLM would run such a loop on to the budget; the cut
   reply is the same failure, minutes sooner (a small model loops on unfamiliar prompts).
+  `loop_stop=False` (eval.py --no-loop-cut) runs it on to the budget, as the release.
   A reply also ends where the model's context ends, and a prompt that fills the context
   gets an empty reply, as an OpenAI-compatible server refuses it (the demo model has 4,096
   positions; BFCL's multi-turn prompts are longer).
@@ -34,9 +35,9 @@ from concurrent.futures import Future
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from bench.hermes import as_text
-from rollout import stop_ids
+from bench.hermes import TOUCAN_RULES, as_text
 from lib.chat import chat_ids
+from rollout import stop_ids
 
 LOOP_WINDOW, LOOP_PERIOD = 128, 16  # a loop: 128 tokens repeating a unit of <= 16 tokens (>= 8 repeats)
 
@@ -58,9 +59,9 @@ class LoopStop(StoppingCriteria):
 
 
 @torch.no_grad()
-def decode(model, tok, seqs, max_tokens, temperature, batch_size, stops):
+def decode(model, tok, seqs, max_tokens, temperature, batch_size, stops, loop_stop=True):
     """One reply (ids) per prompt: left-padded batches through model.generate; a row ends at its
-    first id in `stops` (kept), at a loop (LoopStop), after max_tokens, or where the model's
+    first id in `stops` (kept), at a loop (LoopStop, unless not `loop_stop`), after max_tokens, or where the model's
     context (config.max_position_embeddings) ends; a prompt that fills it gets no reply (an
     OpenAI-compatible server refuses it). Temperature 0 is greedy, else plain temperature
     sampling (no top-k / top-p)."""
@@ -78,13 +79,14 @@ def decode(model, tok, seqs, max_tokens, temperature, batch_size, stops):
         attn = torch.tensor([[0] * (L - len(seqs[i])) + [1] * len(seqs[i]) for i in rows], device=model.device)
         gen = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max(budget[i] for i in rows),
                              eos_token_id=stops, pad_token_id=pad,
-                             stopping_criteria=StoppingCriteriaList([LoopStop(L)]), **sample)
+                             stopping_criteria=StoppingCriteriaList([LoopStop(L)] if loop_stop else []), **sample)
         for i, row in zip(rows, gen[:, L:].tolist()):  # a finished row is padded: cut at its first end id
             out[i] = row[:min(budget[i], next((k + 1 for k, t in enumerate(row) if t in ends), len(row)))]
     return out
 
 
-def local_generate(model, tok, batch_size, max_tokens, temperature=0.0, framing="toucan", keep_system=True):
+def local_generate(model, tok, batch_size, max_tokens, temperature=0.0, framing="toucan", keep_system=True,
+                   rules=TOUCAN_RULES, loop_stop=True):
     """An in-process policy as generate(list_of_messages, list_of_tools) -> texts (module docstring)."""
     start = tok.convert_tokens_to_ids("<|im_start|>")
     stops = sorted(set(stop_ids(tok, stop_at_call=framing == "toucan"))
@@ -92,20 +94,20 @@ def local_generate(model, tok, batch_size, max_tokens, temperature=0.0, framing=
 
     def prompt(messages, tools):
         if framing == "toucan":
-            messages, tools = as_text(messages, tools, framing, keep_system), None
+            messages, tools = as_text(messages, tools, framing, keep_system, rules), None
         return chat_ids(tok, messages, tools or None)  # special-token strings in benchmark text stay text
 
     def generate(batch, tools):
         new = decode(model, tok, [prompt(m, t) for m, t in zip(batch, tools)], max_tokens, temperature,
-                     batch_size, stops)
+                     batch_size, stops, loop_stop)
         return [tok.decode(ids, skip_special_tokens=True) for ids in new]
     return generate
 
 
-def client_generate(client, max_tokens, temperature=0.0, framing="qwen", keep_system=True):
+def client_generate(client, max_tokens, temperature=0.0, framing="qwen", keep_system=True, rules=TOUCAN_RULES):
     """A chat client (lib/llm.py) as generate(...) -> texts: tools and tool turns as Hermes text."""
     def generate(batch, tools):
-        replies = client.complete([as_text(m, t, framing, keep_system) for m, t in zip(batch, tools)],
+        replies = client.complete([as_text(m, t, framing, keep_system, rules) for m, t in zip(batch, tools)],
                                   temperature, max_tokens)
         return [r or "" for r in replies]
     return generate

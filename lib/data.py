@@ -28,7 +28,10 @@ one assistant turn holding ONE `<tool_call>\\n[...]\\n</tool_call>` block with t
 {"name", "arguments"}; a run of tool_response messages is one user turn of
 `<tool_response>\\n...\\n</tool_response>` blocks; when no system message holds <tools>, the
 row's tools go into the system message as `lib.chat.tools_prompt` writes them (after the system
-text, if any).
+text, if any). Consecutive assistant turns (a text and the call after it) are one turn, their
+texts joined with "\n" (`turns="merge"`, what rollouts see); `turns="release"` keeps them
+apart as LLaMA-Factory's data does, each trained with its own end token. Consecutive user
+turns are joined either way.
 
 Simplifications, on purpose (flags):
 - Gold calls go through `lib.data.normalize_gold` (docs/method.md §2.1), so every form (JSON string,
@@ -86,6 +89,7 @@ PARALLEL_TYPES = ("single_step_single_tool", "single_step_parallel", "multi_step
                   "multi_step_has_parallel", "multi_step_all_parallel", "irrelevant")
 SUBSETS = ("tool_call", "irrelevant")
 SFT_ROLES = {"system": "system", "human": "user", "gpt": "assistant"}  # ShareGPT `from` -> role
+TURNS = ("merge", "release")  # SFT chats: consecutive assistant turns joined, or kept apart (LLaMA-Factory's data)
 # bound on one row's JSON text and on any JSON string in it: linear time, a few hundred MB at
 # worst, and far above any released row (the preview rows are under 20 KB)
 MAX_ROW_CHARS = 32_000_000
@@ -149,9 +153,10 @@ def load_tasks(path, skip_bad=False):
     return _load(path, _task, skip_bad)
 
 
-def load_sft(path, skip_bad=False):
-    """SFT chats: one list of {role, content} per row."""
-    return _load(path, _chat, skip_bad)
+def load_sft(path, skip_bad=False, turns=TURNS[0]):
+    """SFT chats: one list of {role, content} per row; `turns` as in the module docstring."""
+    assert turns in TURNS
+    return _load(path, lambda row: _chat(row, turns == "merge"), skip_bad)
 
 
 def drop_long(items, n_tokens, max_tokens=MAX_PROMPT_TOKENS):
@@ -484,14 +489,14 @@ def _toucan_task(row):
     )
 
 
-def _chat(row):
+def _chat(row, merge):
     if "conversations" in row:
         chat = []
         for j, t in enumerate(_json(row["conversations"], "conversations", list)):
             if not isinstance(t, dict) or t.get("from") not in SFT_ROLES:
                 raise BadField(f"conversations[{j}].from", f"expected one of {sorted(SFT_ROLES)}")
             chat.append({"role": SFT_ROLES[t["from"]], "content": _str(t.get("value"), f"conversations[{j}].value")})
-        return _joined(chat)
+        return _joined(chat, merge)
     if "messages" not in row:
         raise BadField("<row>", "expected 'conversations' or 'messages'")
     messages = _messages(row["messages"], "messages",
@@ -512,14 +517,14 @@ def _chat(row):
     if tools and not any(m["role"] == "system" and "<tools>" in m["content"] for m in chat):
         from lib.chat import with_tools  # here, not at the top: tiny imports transformers (seconds)
         chat = with_tools(chat, tools)
-    return _joined(chat)
+    return _joined(chat, merge)
 
 
-def _joined(chat):
-    """Consecutive user turns, and consecutive assistant turns, joined with "\\n"."""
+def _joined(chat, merge):
+    """Consecutive user turns, and (when `merge`) consecutive assistant turns, joined with "\\n"."""
     out = []
     for m in chat:
-        if out and m["role"] == out[-1]["role"] and m["role"] in ("user", "assistant"):
+        if out and m["role"] == out[-1]["role"] and (m["role"] == "user" or merge and m["role"] == "assistant"):
             out[-1] = {"role": m["role"], "content": out[-1]["content"] + "\n" + m["content"]}
         else:
             out.append(m)

@@ -39,11 +39,15 @@ apart: the simulator marks such a call `failed`, the judge raises ConnectionErro
   cached Hugging Face folder first (dequantized once), so everything downstream loads folders.
 - `LLMJudge`: the judge interface of rewards.py (`rate(question, tool_responses, response,
   facts) -> int | None`) on any client, greedy, 8,192 tokens (the release's; GPT-OSS spends
-  reasoning tokens inside them), answer form `Rating: [[<level>]]`. The question, every tool
+  reasoning tokens inside them), answer form `Rating: [[<level>]]` (or, without one, the
+  release's `<rating><level></rating>`). The question, every tool
   response and the policy's answer sit in tagged blocks (`fence`). An answer without a
   rating is asked again (`retries`) and then gives None (scores 0, docs/method.md §2.2); no answer at
   all raises the builtin ConnectionError (rewards.score drops the rollout). A rating takes
   at most about `deadline` + one `complete` call (an HTTPClient: its own `deadline`).
+  `prompt` and `solved_prompt` replace JUDGE_PROMPT and SOLVED_PROMPT, e.g. with the
+  release's text brought by the user (`read_template`: a file with the same placeholders;
+  train.py --judge-prompt, --solved-prompt; eval.py --judge-prompt); replies are read as above.
 
 Simplified: no streaming, no token-level logprobs, no prompt caching, no proxies.
 
@@ -59,6 +63,7 @@ import os
 import random
 import re
 import socket
+import string
 import threading
 import time
 from contextlib import ExitStack, contextmanager
@@ -306,6 +311,7 @@ def client_from_args(args, role):
 
 
 LEVELS = {"very poor": 1, "poor": 2, "acceptable": 3, "good": 4, "excellent": 5}  # README Eq. 3, r = 1..5
+RELEASE_RATING_RE = re.compile(r"<rating>([^<]*)</rating>", re.IGNORECASE)  # the release's reply form (reward_fn.py)
 RATING_RE = re.compile(r"\[\[([^\[\]]+)\]\]")  # [[x]], x without brackets (last_bracketed folds case, spaces)
 # Linear in the reply: one quantifier, over a class without its delimiters, so a try at a `[[`
 # reads to the next bracket and backs off at most as far, and tries at different `[[` read
@@ -331,6 +337,30 @@ very poor, poor, acceptable, good, excellent.
 You may reason briefly first. Then end with one line of exactly this form, the level written
 in words inside double square brackets:
 Rating: [[<level>]]"""
+
+
+JUDGE_FIELDS = ("question", "responses", "response")  # the placeholders of JUDGE_PROMPT and SOLVED_PROMPT
+
+
+def read_template(flag, path, fields, default):
+    """`default`, or when `path` is given the prompt template in that UTF-8 file, checked to
+    hold exactly the str.format placeholders `fields` (each at least once, literal braces
+    doubled). Otherwise ValueError, one line naming `flag` and `path` and what is wrong."""
+    if path is None:
+        return default
+    try:
+        text = open(path, encoding="utf-8").read()
+        found = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{flag} {path}: cannot read it: {e}") from None
+    except ValueError as e:  # a single { or }
+        raise ValueError(f"{flag} {path}: not a str.format template ({e}; write literal braces as {{{{ and }}}})") \
+            from None
+    if found != set(fields):
+        missing, extra = sorted(set(fields) - found), sorted(found - set(fields))
+        raise ValueError(f"{flag} {path}: the placeholders must be exactly " + ", ".join(f"{{{f}}}" for f in fields)
+                         + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else ""))
+    return text
 
 
 def fence(tag, text, attrs=""):
@@ -361,8 +391,13 @@ def last_bracketed(text):
 
 
 def parse_rating(text):
-    """The last `[[level]]` of a judge reply -> 1..5 (a digit 1-5 also counts), else None."""
+    """The last `[[level]]` of a judge reply -> 1..5 (a digit 1-5 also counts); without one,
+    the first `<rating>level</rating>` (what the release's judge prompt asks for, so its text
+    works with --judge-prompt; linear: the group stops at the next `<`); else None."""
     level = last_bracketed(text)
+    if level is None:
+        m = RELEASE_RATING_RE.search(text or "")
+        level = " ".join(m[1].lower().split()) if m else None
     return LEVELS.get(level) or (int(level) if level in ("1", "2", "3", "4", "5") else None)
 
 
@@ -394,16 +429,18 @@ class LLMJudge:
     """The summary judge of docs/method.md §2.2 on any client; greedy; see the module doc. `solved` is
     ToolPO's Solved/Unsolved verdict (docs/method.md §3.3) on the same client."""
 
-    def __init__(self, client, retries=2, max_tokens=JUDGE_MAX_TOKENS, deadline=DEADLINE):
+    def __init__(self, client, retries=2, max_tokens=JUDGE_MAX_TOKENS, deadline=DEADLINE, prompt=JUDGE_PROMPT,
+                 solved_prompt=SOLVED_PROMPT):
         self.client, self.retries, self.max_tokens, self.deadline = client, retries, max_tokens, deadline
+        self.prompt, self.solved_prompt = prompt, solved_prompt  # templates with JUDGE_FIELDS (read_template)
 
     def rate(self, question, tool_responses, response, facts=None):
         """1..5; None when no answer held a rating; ConnectionError when the client gave no answer."""
-        return self._ask(judge_prompt(question, tool_responses, response), parse_rating)
+        return self._ask(judge_prompt(question, tool_responses, response, self.prompt), parse_rating)
 
     def solved(self, question, tool_responses, response):
         """True / False; None when no answer held a verdict; ConnectionError as for `rate`."""
-        return self._ask(judge_prompt(question, tool_responses, response, SOLVED_PROMPT), parse_verdict)
+        return self._ask(judge_prompt(question, tool_responses, response, self.solved_prompt), parse_verdict)
 
     def _ask(self, text, parse):
         """Only answers that `parse` cannot read are asked again, and only while `deadline`

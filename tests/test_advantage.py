@@ -114,8 +114,49 @@ def test_equal_rewards_give_exactly_zero(dtype, value, G):
 
 
 def test_sixteen_point_nines():
-    # the release's float32 arithmetic gives every one of them +0.106
+    # the release's float32 arithmetic gives every one of them the same nonzero advantage (stats="release")
     assert grpo_advantages(torch.full((16,), 0.9), torch.zeros(16, dtype=torch.long)).tolist() == [0.0] * 16
+
+
+def release_loop(x, present, gids, norm_by_std=True, lone_verl=False):
+    """Reference: the release's estimators written out (core_algos.py): float32 torch tensors,
+    torch's mean and std per group; a group of one gets 0 (`_groupwise_normalize_with_present`)
+    or, with lone_verl, verl's GRPO mean 0 and std 1 (`compute_grpo_outcome_advantage`)."""
+    out = torch.zeros(len(x))
+    for g in set(gids):
+        idx = [i for i in range(len(x)) if gids[i] == g and present[i]]
+        vals = torch.stack([x[i] for i in idx]) if idx else None
+        if len(idx) == 1 and not lone_verl or not idx:
+            continue
+        mean, std = (vals.mean(), vals.std()) if len(idx) > 1 else (torch.tensor(0.0), torch.tensor(1.0))
+        for i in idx:
+            out[i] = (x[i] - mean) / (std + EPS) if norm_by_std else x[i] - mean
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_release_group_stats_are_the_release_estimators(seed, norm_by_std):
+    gen = torch.Generator().manual_seed(seed)
+    gids = torch.randint(0, 6, (40,), generator=gen)             # groups of one happen
+    r = (torch.rand(40, generator=gen) * 10).round() / 10        # float32, ties and equal groups happen
+    pres = torch.rand(40, generator=gen) < 0.8
+    g = gids.tolist()
+    at, _ = slca_advantages(r, r, pres, pres, gids, norm_by_std=norm_by_std, stats="release")
+    assert torch.equal(at, release_loop(r, pres.tolist(), g, norm_by_std))
+    adv = grpo_advantages(r, gids, norm_by_std=norm_by_std, stats="release")
+    assert torch.equal(adv, release_loop(r, [True] * 40, g, norm_by_std, lone_verl=True))
+
+
+def test_release_group_stats_keep_the_float32_noise_and_verls_group_of_one():
+    x, one = torch.full((16,), 0.9), torch.zeros(16, dtype=torch.long)
+    adv = grpo_advantages(x, one, stats="release")
+    assert torch.equal(adv, release_loop(x, [True] * 16, [0] * 16)) and adv.abs().min() > 0.01   # not 0
+    assert grpo_advantages(x, one).tolist() == [0.0] * 16
+    lone = torch.tensor([0.7])
+    assert grpo_advantages(lone, torch.zeros(1, dtype=torch.long)).tolist() == [0.0]
+    assert grpo_advantages(lone, torch.zeros(1, dtype=torch.long), stats="release").tolist() == \
+        pytest.approx([0.7 / (1 + EPS)])
 
 
 def test_float32_input_gets_float64_statistics():

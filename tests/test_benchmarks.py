@@ -203,6 +203,9 @@ def test_run_bfcl_resumes(bfcl, tmp_path):
     assert len(open(out).readlines()) == 1 + 8  # the fingerprint line, then the items
     with pytest.raises(ValueError):
         BF.run_bfcl(lambda m, t: [], ("multiple",), limit=1, out_jsonl=None)
+    s = BF.run_bfcl(gen, cats, limit=3, batch_size=2, out_jsonl=out, missing_zero=True)
+    assert sorted(s["per_category"]) == sorted(set(BF.RELEASE_CATEGORIES) | set(cats))   # the release's 13 and ours
+    assert s["per_category"]["java"]["total"] == 3 and s["simple_ast"] == pytest.approx(1 / 3)
 
 
 def test_bfcl_java_and_javascript_answers_are_source_strings(bfcl):
@@ -234,6 +237,20 @@ def test_bfcl_summary_formulas():
     assert s["multi_turn"] == pytest.approx(0.75)                  # (1 + 0.5) / 2
     assert s["overall"] == pytest.approx(((2 / 3 + 1) / 2 + 0.25 + 0.75) / 3)
     assert BF.summarize([rec("multi_turn_base", True)])["overall"] == 1.0
+
+
+def test_bfcl_missing_zero_counts_categories_not_run_as_zero():
+    rec = lambda cat, ok: {"category": cat, "valid": ok}  # noqa: E731
+    rows = [rec("simple", True), rec("multiple", True), rec("live_simple", True), rec("multi_turn_base", True)]
+    left_out = BF.summarize(rows)
+    assert left_out["non_live_ast"] == 1.0 and left_out["live_ast"] == 1.0 and left_out["overall"] == 1.0
+    zero = BF.summarize(rows, {"java": 1, "javascript": 1, "parallel": 1, "parallel_multiple": 1,
+                               "live_multiple": 3, "multi_turn_miss_func": 1})
+    assert zero["simple_ast"] == pytest.approx(1 / 3)                       # simple 1, java 0, javascript 0
+    assert zero["non_live_ast"] == pytest.approx((1 / 3 + 1 + 0 + 0) / 4)
+    assert zero["live_ast"] == pytest.approx(1 / 4)                          # weighted: 1 of 1 + 3 items
+    assert zero["multi_turn"] == pytest.approx(0.5)
+    assert zero["per_category"]["java"] == {"correct": 0, "total": 1, "accuracy": 0.0, "not_run": True}
 
 
 def test_bfcl_multi_turn_is_weighted_as_evalscope():

@@ -450,6 +450,11 @@ def test_release_sft_json_rows_load_as_chats_and_tasks(tmp_path):
     assert [c["arguments"]["location"] for c in json.loads(step)] == ["42.3601,-71.0589", "41.8781,-87.6298"]
     assert first[3]["content"].count("<tool_response>\n") == 2 and first[3]["content"].endswith("</tool_response>")
     assert first[-1]["content"].startswith("## Cross-Country Bike Race Weather Summary")
+    # --sft-turns release: the text and the call after it stay two assistant turns
+    kept = load_sft(SFT_PREVIEW, turns="release")[1]
+    assert [m["role"] for m in kept] == ["system", "user", "assistant", "assistant", "user", "assistant"]
+    assert kept[2]["content"] + "\n" + kept[3]["content"] == second[2]["content"]
+    assert [data._joined(c, merge=True) for c in load_sft(SFT_PREVIEW, turns="release")] == [first, second]
     # what the release's materialiser writes: one JSON array of {messages, tools} (the metadata
     # columns dropped); and `messages` already decoded to a list
     p = tmp_path / "toucan_toolcall_sft.json"

@@ -389,6 +389,8 @@ def test_simulator_with_tiny_model_falls_back_to_error(tiny):
     ("It is [[poor]] at first... final Rating: [[Good]]", 4), ("Rating: [[5]]", 5),
     ("Rating: [[<level>]]", None), ("Rating: good", None), ("[[mediocre]]", None), ("[[6]]", None),
     ("", None), (None, None),
+    ("<response_quality><reasoning>ok</reasoning><rating> Good </rating></response_quality>", 4),  # the release's
+    ("<rating>poor</rating> [[excellent]]", 5), ("<rating><!-- good --></rating>", None),
 ])
 def test_parse_rating(text, r):
     assert parse_rating(text) == r
@@ -401,6 +403,7 @@ REPLIES = {  # n -> a judge reply of about n characters
     "spaced level": (lambda n: "[[" + " " * (n // 2) + "good" + "\n" * (n // 2) + "]]", 4),
     "many ratings": (lambda n: "[[poor]] " * (n // 9) + "[[ Excellent ]]", 5),
     "brackets": (lambda n: "[[]" * (n // 3) + "]]" * (n // 4), None),
+    "rating tags": (lambda n: "<rating>" * (n // 8) + "</rating>", None),
 }
 
 

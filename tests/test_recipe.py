@@ -46,7 +46,9 @@ def test_release_flags_win_over_both_presets(paper):
 
 @pytest.mark.parametrize("argv,message", [(["--epochs", "0"], "--epochs must be >= 1"),
                                           (["--sft-weight-decay", "-1"], "--sft-weight-decay must be >= 0"),
-                                          (["--summary-gate", "any"], "--summary-gate: invalid choice: 'any'")])
+                                          (["--summary-gate", "any"], "--summary-gate: invalid choice: 'any'"),
+                                          (["--json-depth", "0"], "--json-depth must be in 1..256"),
+                                          (["--sim-parse", "any"], "--sim-parse: invalid choice: 'any'")])
 def test_bad_recipe_flags_name_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         train.get_args(argv)
@@ -191,7 +193,7 @@ def test_keep_failed_trains_on_failed_rollouts_and_the_gate_reaches_the_scorer(t
 # scripts/plan.py: the estimate's arithmetic
 def test_plan_counts_the_passes_of_a_step():
     from transformers import Qwen2Config
-    from bench import plan as P
+    from scripts import plan as P
     cfg = Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
     cfg._attn_implementation = "sdpa"
@@ -247,3 +249,74 @@ def test_release_gate_judges_a_turn_cut_at_the_cap():
     real, = E.score_rollouts([r], rewards.FactsJudge())
     release, = E.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tokenizer())
     assert real["summary"] == 0.0 and release["summary"] == 1.0     # the release rates the text after the response
+
+
+# --------------------------------------------------------------------------------------------
+# --reward-input
+def test_decoded_reward_input_scores_a_call_inside_a_tool_response():
+    task = Task(messages=[], tools=[], allowed_tools=["f"], gold=[[{"name": "f", "arguments": {"x": 1}}]],
+                question="What is f of 1?", parallel_type="single_step_single_tool", facts=["42"])
+    r = decoded_rollout(task, [("I will not call anything, here is my answer.", [CALL])], [])
+    policy, = E.score_rollouts([r], rewards.FactsJudge(), tok=tokenizer())
+    decoded, = E.score_rollouts([r], rewards.FactsJudge(), tok=tokenizer(), reward_input="decoded")
+    assert policy["score"] == rewards.OMISSION_SCORE               # the policy wrote no call
+    assert decoded["process"] == 1.0                                # the release counts the observation's call
+    assert train.get_args(["--reward-input", "decoded"]).reward_input == "decoded"
+    assert train.get_args([]).reward_input == "policy"
+    with pytest.raises(ValueError, match="reward_input"):
+        E.score_rollouts([r], rewards.FactsJudge(), reward_input="decoded")
+
+
+# --------------------------------------------------------------------------------------------
+# --group-stats
+def test_group_stats_release_reaches_the_advantages():
+    scores = [dict(r_tool=0.9, r_sum=0.9, score=0.9, r_succ=1.0, r_action=1.0)] * 16 + \
+        [dict(r_tool=0.7, r_sum=0.5, score=0.7, r_succ=1.0, r_action=1.0)]
+    batch = {"tool_mask": torch.tensor([[1.0, 1.0, 0.0]] * 17), "summary_mask": torch.tensor([[0.0, 0.0, 1.0]] * 17)}
+    gids, keep = torch.tensor([0] * 16 + [1]), torch.ones(17, dtype=torch.bool)
+    for algo in ("slca", "grpo"):
+        exact = train.advantages(scores, batch, gids, keep, train.get_args(["--algo", algo, "--device", "cpu"]))[0]
+        release = train.advantages(scores, batch, gids, keep, train.get_args(
+            ["--algo", algo, "--device", "cpu", "--group-stats", "release"]))[0]
+        assert exact.abs().max() == 0 and release[:16].abs().min() > 0.01    # float32 noise on equal rewards
+        assert release[16].tolist() == ([0.0] * 3 if algo == "slca" else pytest.approx([0.7 / (1 + 1e-6)] * 3))
+
+
+# --------------------------------------------------------------------------------------------
+# --sim-prompt, --judge-prompt, --solved-prompt
+def test_prompt_files_replace_the_frozen_llms_texts(tmp_path):
+    from lib import llm
+    import simulator
+    (tmp_path / "sim.txt").write_text("SIM {{json}} {definition} then {call}")
+    (tmp_path / "judge.txt").write_text("RATE {question} / {responses} / {response}")
+    a = train.get_args(["--sim-prompt", str(tmp_path / "sim.txt"), "--judge-prompt", str(tmp_path / "judge.txt")])
+    seen = []
+    client = SimpleNamespace(complete=lambda batch, t, n: [seen.append(m[-1]["content"]) or
+                                                          "<tool_response>{}</tool_response>" for m in batch])
+    sim = simulator.Simulator("llm", client=client, schema_check="light", prompt=a.sim_template)
+    now = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    sim.respond([CALL], [SimpleNamespace(tools=now, allowed_tools=["f"], responses=[])])
+    judge = llm.LLMJudge(SimpleNamespace(complete=lambda batch, t, n: [seen.append(m[-1]["content"]) or "[[good]]"
+                                                                        for m in batch]),
+                         prompt=a.judge_template, solved_prompt=a.solved_template)
+    assert judge.rate("q", ["r"], "ans") == 4
+    assert seen[0].startswith("SIM {json} \nTool definition:\n") and seen[0].endswith(" then <tool_call>" + json.dumps(
+        [{"name": "f", "parameters": {"x": 1}, "depend_on": []}]) + "</tool_call>")
+    assert seen[1].startswith("RATE <question>\nq\n</question> / ")
+    d = train.get_args([])
+    assert (d.sim_template, d.judge_template, d.solved_template) == (simulator.PROMPT, llm.JUDGE_PROMPT,
+                                                                     llm.SOLVED_PROMPT)
+
+
+@pytest.mark.parametrize("text,why", [("no placeholders", "missing ['call', 'definition']"),
+                                      ("{definition} {call} {extra}", "unknown ['extra']"),
+                                      ("{definition} {call} {", "not a str.format template"),
+                                      (None, "cannot read it")])
+def test_bad_prompt_file_is_one_line_naming_flag_and_file(tmp_path, capsys, text, why):
+    path = tmp_path / "p.txt"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit) as e:
+        train.get_args(["--sim-prompt", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and f"error: --sim-prompt {path}: " in err and why in err

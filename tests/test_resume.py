@@ -195,7 +195,7 @@ def test_resume_of_a_finished_run_says_so_and_trains_nothing(reference, capsys):
     assert {f: (out / f).read_bytes() for f in before} == before
 
 
-HOLD = "import sys, time, parallel; f = parallel.lock(sys.argv[1], 0); print('held', flush=True); time.sleep(300)"
+HOLD = "import sys, time; from lib import parallel; f = parallel.lock(sys.argv[1], 0); print('held', flush=True); time.sleep(300)"
 
 
 @pytest.mark.slow

@@ -170,3 +170,45 @@ def test_drop_blocks_equals_the_regex_and_is_linear():
               "</tool_call><tool_call>", "x<tool_call></tool_call>y"]:
         assert drop_blocks(t) == pattern.sub("", t)
     assert linear(drop_blocks, lambda n: ["<tool_call>" * (n // 11)]) == "<tool_call>" * (MB // 11)
+
+
+
+def test_json_depth_bound_can_be_raised_and_deep_values_survive_the_pipeline():
+    import dataclasses
+    import json
+    import threading
+    from types import SimpleNamespace
+
+    import rewards
+    import lib.text
+    from simulator import Simulator
+
+    def call(depth):  # a call whose JSON nests `depth` levels: {"arguments": {"a": [[...]]}}
+        inner = "[" * (depth - 2) + "1" + "]" * (depth - 2)
+        return '<tool_call>{"name": "f", "arguments": {"a": %s}}</tool_call>' % inner
+    task = SimpleNamespace(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+                           allowed_tools=["f"], responses=[], gold=[[{"name": "f", "arguments": {}}]],
+                           question="q", facts=None)
+    score = lambda text: rewards.score(text, "", [], task, rewards.FactsJudge())["format"]  # noqa: E731
+    assert score(call(64)) == 1.0 and score(call(65)) == 0.0     # the default bound
+    seen = []
+
+    def run():  # a worker thread, as score_rollouts runs it; the rollout keeps asdict of each call
+        for text in (call(200), call(lib.text.MAX_SAFE_DEPTH)):
+            [(calls, _)] = Simulator(schema_check="full").respond([text], [task])
+            seen.append((score(text), calls[0].error, len(json.dumps(dataclasses.asdict(calls[0]))) > 0))
+        try:
+            lib.text.loads("[" * 5000)
+        except ValueError as e:
+            seen.append(str(e))
+    try:
+        lib.text.set_json_depth(lib.text.MAX_SAFE_DEPTH)
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+    finally:
+        lib.text.set_json_depth(lib.text.MAX_JSON_DEPTH)
+    assert seen == [(1.0, "", True), (1.0, "", True), f"JSON nested deeper than {lib.text.MAX_SAFE_DEPTH} levels"]
+    for bad in (0, lib.text.MAX_SAFE_DEPTH + 1):
+        with pytest.raises(ValueError, match="1..256"):
+            lib.text.set_json_depth(bad)

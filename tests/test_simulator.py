@@ -154,6 +154,27 @@ def test_end_mode_argument_rules_of_the_release():
     assert obs[3] == "Tool '' not found in the current available tools set."
 
 
+@settings(max_examples=300, deadline=None, database=None, derandomize=True)
+@given(st.lists(FRAGMENTS, max_size=5).map("".join))
+def test_release_parse_keeps_arguments_that_are_not_an_object(text):
+    calls = parse_calls(text, parse="release")
+    expected = release_calls(text)
+    assert [c.name for c in calls] == [n for n, _ in expected]
+    for c, (_, args) in zip(calls, expected):
+        assert (c.arguments, c.error) == (args, "") if args is not None else c.error.startswith("Invalid tool")
+
+
+def test_release_parse_answers_calls_in_think_and_sends_any_arguments_to_the_llm():
+    thought = "<think>" + turn({"name": "now"}) + "</think>"
+    assert parse_calls(thought) == [] and [c.name for c in parse_calls(thought, parse="release")] == ["now"]
+    client = Scripted(echo)
+    sim = Simulator("llm", client=client, schema_check="light", parse="release")
+    obs = one(sim, turn({"name": "get_weather", "arguments": [1, 2]}) + thought)
+    assert obs == ["[1, 2]", "{}"]        # no check-1 error, check 3 skipped (the release's dict-only check)
+    assert one(Simulator("llm", client=client, schema_check="light"), turn({"name": "get_weather", "arguments": [1]})) \
+        == ["Error: Invalid tool arguments format - arguments must be a JSON object, got list"]
+
+
 def test_answer_mode_keeps_the_error_observations():
     sim = Simulator(malformed="answer")
     obs = one(sim, turn("not json at all"))
