@@ -74,7 +74,7 @@ import rewards
 from lib.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
 from lib.model import load_policy
 from lib.parallel import autocast
-from rollout import MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, prompt_ids, rollout
+from rollout import MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, prompt_ids, rollout
 from simulator import MALFORMED, SCHEMA_CHECKS, Simulator
 from lib.files import append_jsonl, read_jsonl
 
@@ -199,15 +199,15 @@ def summarize(scores):
 
 
 def evaluate(model, tok, tasks, simulator, judge, batch_size=64, max_turns=MAX_TURNS, max_tokens=MAX_TOKENS,
-             max_tool_rounds=MAX_TOOL_ROUNDS, strict=False, gate=rewards.GATES[0]):
+             max_tool_rounds=MAX_TOOL_ROUNDS, strict=False, gate=rewards.GATES[0], sampler=SAMPLERS[0]):
     """The Toucan evaluation, the one that train.py's before/after-RL rows and `eval.py toucan`
-    both run: greedy rollouts on `tasks` (`batch_size` per generate call; caps as rollout.py's,
+    both run: greedy rollouts on `tasks` (`batch_size` at a time by `sampler`; caps as rollout.py's,
     `max_tool_rounds` 0 = no cap), scored by score_rollouts with the default HierR weights and
     λ_tool = λ_sum = 1 whatever the training used (`strict` and `gate` as there). Returns
     (per-task scores, rollouts); summarize(scores) is the table. The caller picks the task set
     (data.drop_long for the long-prompt filter) and the compute dtype (parallel.autocast)."""
     rs = rollout(model, tok, tasks, simulator, temperature=0.0, max_turns=max_turns, max_tokens=max_tokens,
-                 batch_size=batch_size, max_tool_rounds=max_tool_rounds or None)
+                 batch_size=batch_size, max_tool_rounds=max_tool_rounds or None, sampler=sampler)
     return score_rollouts(rs, judge, strict=strict, gate=gate, tok=tok), rs
 
 
@@ -348,7 +348,7 @@ def get_args(argv=None):
                                 **FMT)
     sub = p.add_subparsers(dest="bench", required=True)
     t = bench_parser(sub, "toucan", "greedy rollouts on an eval split, HierR metrics", 64,
-                     "tasks per generate call", MAX_TOKENS, "response tokens per trajectory, observations included")
+                     "rollouts sampled together through all their turns", MAX_TOKENS, "response tokens per trajectory, observations included")
     t.add_argument("--model", required=True, help="hub name or local folder")
     t.add_argument("--run-config", default="auto",
                    help="a train.py config.json whose settings become this command's defaults; auto = the "
@@ -360,6 +360,7 @@ def get_args(argv=None):
     t.add_argument("--max-turns", type=int, default=MAX_TURNS, help="assistant turns per trajectory")
     t.add_argument("--max-tool-rounds", type=int, default=MAX_TOOL_ROUNDS,
                    help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
+    t.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0], help="as train.py's (rollout.py)")
     t.add_argument("--strict-calls", action="store_true", help="as train.py's (rewards.score's strict)")
     t.add_argument("--summary-gate", choices=rewards.GATES, default=rewards.GATES[0], help="as train.py's")
     t.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
@@ -421,7 +422,7 @@ def main(argv=None):
     with autocast(a):
         summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.out, fp, a.batch_size,
                                 max_turns=a.max_turns, max_tokens=a.max_tokens, max_tool_rounds=a.max_tool_rounds,
-                                strict=a.strict_calls, gate=a.summary_gate)
+                                strict=a.strict_calls, gate=a.summary_gate, sampler=a.sampler)
     print(format_table(summary))
     print(text_table(summary, LEVELS, width=12))
     summary = {"fingerprint": fp, **summary}

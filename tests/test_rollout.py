@@ -1,5 +1,7 @@
-"""rollout.py: masks, observations, caps, stop reasons, untrusted text, and the KV-cached
-sampling loop against model.generate and a fresh full forward."""
+"""rollout.py: masks, observations, caps, stop reasons, untrusted text, and its two samplers
+(lib.sampler.sample and rollout.generate) against model.generate, a fresh full forward and
+each other."""
+import functools
 import json
 from types import SimpleNamespace
 
@@ -8,8 +10,9 @@ import torch
 from transformers import DynamicCache
 
 from helpers import tiny_model, tokenizer
-from rollout import collate, generate_turn, prompt_ids, rollout, stop_ids, tool_turn_ids
 from lib.chat import chat_ids
+from lib.sampler import sample
+from rollout import SAMPLERS, collate, generate, prompt_ids, rollout, stop_ids, stop_text, tool_turn_ids
 from segment import Call, find_blocks, parse_block
 from simulator import Simulator
 
@@ -252,8 +255,8 @@ def test_markup_in_the_prompt_stays_text():
 # the sampling loop on a real (tiny) model
 # --------------------------------------------------------------------------------------------
 
-def old_generate_turn(model, tok, seqs, budget, stops):
-    """The old path: one left-padded, greedy model.generate over all sequences."""
+def plain_generate(model, tok, seqs, budget, stops):
+    """The plainest path: one left-padded, greedy model.generate over all sequences, cut after."""
     L = max(map(len, seqs))
     ids = torch.tensor([[tok.pad_token_id] * (L - len(q)) + q for q in seqs])                # (b, L)
     attn = torch.tensor([[0] * (L - len(q)) + [1] * len(q) for q in seqs])
@@ -266,35 +269,40 @@ def old_generate_turn(model, tok, seqs, budget, stops):
     return out
 
 
+def samplers(tok):
+    """rollout.py's two samplers of one turn, as rollout.run calls them."""
+    return {"cached": sample, "generate": functools.partial(generate, pad_id=tok.pad_token_id)}
+
+
 def test_greedy_turn_matches_generate():
     torch.manual_seed(0)
     tok, model = tokenizer(), tiny_model()
     seqs = [prompt_ids(tok, t) for t in tasks_rows(3)] + [tok.encode("The weather in", add_special_tokens=False)] * 2
     for stop_at_call in (True, False):
-        stops = stop_ids(tok, stop_at_call)
-        new = generate_turn(model, tok, seqs, [30] * len(seqs), 0.0, batch_size=4, stop_at_call=stop_at_call)
-        assert new == old_generate_turn(model, tok, seqs, 30, stops)
-        assert new == [old_generate_turn(model, tok, [q], 30, stops)[0] for q in seqs]
+        stops, ended = stop_ids(tok, stop_at_call), stop_text(tok, stop_at_call)
+        for name, f in samplers(tok).items():
+            new = [ids for ids, _, _ in f(model, [None] * len(seqs), seqs, [30] * len(seqs), 0.0, stops, ended)]
+            assert new == plain_generate(model, tok, seqs, 30, stops), name
+            assert new == [plain_generate(model, tok, [q], 30, stops)[0] for q in seqs], name
 
 
-class Caller:
+def calling(model, tok, strength):
     """The tiny model plus a bias on the next token given the current one, so that it calls
     tools: after the assistant header it opens a call, then writes `{` and closes it. A bias
-    by input id gives the same logits with or without a cache."""
+    by input id (a forward hook, so `model.generate` sees it too) gives the same logits with
+    or without a cache."""
+    V = model.config.vocab_size
+    bias = torch.zeros(V, V)                                                # (V, V)
+    ids = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    head, brace = ids("<|im_start|>assistant\n")[-1], ids("{")[0]
+    for a, b in ((head, ids("<tool_call>")[0]), (ids("<tool_call>")[0], brace), (brace, ids("</tool_call>")[0])):
+        bias[a, b] = strength
 
-    def __init__(self, model, tok, strength):
-        self.model, self.device = model, model.device
-        V = model.config.vocab_size
-        self.bias = torch.zeros(V, V)                                       # (V, V)
-        ids = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
-        head, brace = ids("<|im_start|>assistant\n")[-1], ids("{")[0]
-        for a, b in ((head, ids("<tool_call>")[0]), (ids("<tool_call>")[0], brace), (brace, ids("</tool_call>")[0])):
-            self.bias[a, b] = strength
-
-    def __call__(self, input_ids, **kw):
-        out = self.model(input_ids=input_ids, **kw)
-        out.logits = out.logits + self.bias[input_ids[:, -out.logits.shape[1]:]]  # (B, T, V)
+    def hook(module, args, kwargs, out):
+        out.logits = out.logits + bias[kwargs["input_ids"][:, -out.logits.shape[1]:]]  # (B, T, V)
         return out
+    model.register_forward_hook(hook, with_kwargs=True)
+    return model
 
 
 class RoundsSim:
@@ -327,7 +335,7 @@ def test_cached_multi_turn_rollouts_match_a_fresh_forward():
     torch.manual_seed(0)
     tok = tokenizer()
     # greedy: every policy token is the argmax of a fresh forward, log-probs equal to 1e-5
-    model = Caller(tiny_model(), tok, strength=8.0)
+    model = calling(tiny_model(), tok, strength=8.0)
     rs = rollout(model, tok, world(6), RoundsSim(), temperature=0.0, max_turns=4, max_tokens=100)
     assert [r.stop for r in rs] == ["no_call", "no_call", "no_call"] * 2
     assert [len(r.turns) for r in rs] == [1, 2, 3] * 2  # ends at different turns: rows leave the batch
@@ -343,7 +351,7 @@ def test_cached_multi_turn_rollouts_match_a_fresh_forward():
     assert [r.ids for r in alone] == [r.ids for r in rs]
     # sampling at temperature 1 (turns of every length, rows stopping at every step, G = 3
     # rows sharing each prompt's prefill): the returned log-probs are the policy's
-    model = Caller(tiny_model(), tok, strength=6.0)
+    model = calling(tiny_model(), tok, strength=6.0)
     rs = rollout(model, tok, [t for t in world(4) for _ in range(3)], EchoSim(), temperature=1.0, max_turns=4,
                  max_tokens=120)
     assert sum(len(r.turns) > 1 for r in rs) >= 3 and len({len(t["text"]) for r in rs for t in r.turns}) > 6
