@@ -13,7 +13,7 @@ train.py's before/after-RL table calls, with the same caps: --max-turns, --max-t
 float32 weights computing in --dtype, the default HierR weights and λs. Given a run's model
 (RUN/final, or RUN/sft for the "before RL" row), the run's config.json supplies every
 setting the two share (--run-config auto): its eval split and limit (--data, --limit), its
---gen-batch (--batch-size), the caps, --dtype, --strict-calls, --summary-gate, the
+--gen-batch (--batch-size), the caps, --sampler, --dtype, --strict-calls, --summary-gate, the
 simulator's flags (--sim-*, --schema-check, --no-sgls, --malformed) and the judge's
 (--judge-*); flags given on the command line win. So, from the folder the run was started in
 (its data paths are relative to it),
@@ -348,7 +348,8 @@ def get_args(argv=None):
                                 **FMT)
     sub = p.add_subparsers(dest="bench", required=True)
     t = bench_parser(sub, "toucan", "greedy rollouts on an eval split, HierR metrics", 64,
-                     "rollouts sampled together through all their turns", MAX_TOKENS, "response tokens per trajectory, observations included")
+                     "rollouts sampled together through all their turns", MAX_TOKENS,
+                     "response tokens per trajectory, observations included")
     t.add_argument("--model", required=True, help="hub name or local folder")
     t.add_argument("--run-config", default="auto",
                    help="a train.py config.json whose settings become this command's defaults; auto = the "

@@ -21,11 +21,13 @@ top-p or repetition penalty, whatever the model's generation_config says); 0 is 
     "generate"  `generate` below, the reference: Hugging Face `model.generate` over each row's
                 whole conversation, left-padded, once per turn.
     "cached"    lib.sampler.sample (the default): each row keeps its KV cache from turn to turn
-                and each group's shared prompt is prefilled once (why it is faster: lib/sampler.py).
+                and each group's shared prompt is prefilled once (why it is faster, and its
+                limits: lib/sampler.py; no sliding-window layers).
 
-Greedy, the two give identical ids and log-probs equal within 1e-5 in float32 (tests/test_rollout.py).
-At temperature > 0 they need not draw the same ids from the same seed: the reference draws for
-every row of its batch, finished ones included, the cached sampler for the live rows only.
+Greedy, the two give identical ids and log-probs equal within 1e-5 in float32
+(tests/test_rollout.py). At temperature > 0 they need not draw the same ids from the same seed:
+the reference draws for every row of its batch, finished ones included, the cached sampler for
+the live rows only.
 
 Caps (docs/method.md §6): `max_turns` assistant turns (10); `max_tool_rounds` answered tool rounds
 (None: no cap; the release's launcher sets max_user_turns=6, train.py's paper preset passes 6);
@@ -56,6 +58,7 @@ raise) with U+FFFD and counts them (lib.text.encodable): the rollout goes on. sf
 encodes with the same functions.
 
     rs = rollout(model, tok, tasks, simulator)   # one Rollout per task: repeat tasks G times for a group
+    rs = rollout(model, tok, tasks, simulator, sampler="generate")   # the same through model.generate
 """
 import functools
 import warnings

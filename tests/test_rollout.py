@@ -373,7 +373,8 @@ def test_the_two_samplers_agree_on_greedy_multi_turn_rollouts():
     got = {name: rollout(model, tok, world(6), RoundsSim(), temperature=0.0, max_turns=4, max_tokens=60,
                          sampler=name) for name in SAMPLERS}
     ref = got["generate"]
-    assert [r.stop for r in ref] == ["no_call", "no_call", "length"] * 2 and [len(r.turns) for r in ref] == [1, 2, 3] * 2
+    assert [r.stop for r in ref] == ["no_call", "no_call", "length"] * 2
+    assert [len(r.turns) for r in ref] == [1, 2, 3] * 2
     assert [sum(r.mask) < len(r.ids) for r in ref] == [False, True, True] * 2  # tool turns appended by id
     for a, b in zip(ref, got["cached"]):
         assert (a.ids, a.mask, a.turns, a.stop) == (b.ids, b.mask, b.turns, b.stop)
