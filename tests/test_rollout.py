@@ -379,6 +379,8 @@ def test_the_two_samplers_agree_on_greedy_multi_turn_rollouts():
     for a, b in zip(ref, got["cached"]):
         assert (a.ids, a.mask, a.turns, a.stop) == (b.ids, b.mask, b.turns, b.stop)
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    with pytest.raises(ValueError, match="sampler"):
+        rollout(model, tok, world(1), RoundsSim(), sampler="vllm")
 
 
 def test_the_two_samplers_agree_turn_by_turn_on_budgets_and_stop_text():
