@@ -13,7 +13,7 @@ train.py's before/after-RL table calls, with the same caps: --max-turns, --max-t
 float32 weights computing in --dtype, the default HierR weights and λs. Given a run's model
 (RUN/final, or RUN/sft for the "before RL" row), the run's config.json supplies every
 setting the two share (--run-config auto): its eval split and limit (--data, --limit), its
---gen-batch (--batch-size), the caps, --dtype, --strict-calls, --summary-gate, the
+--gen-batch (--batch-size), the caps, --sampler, --dtype, --strict-calls, --summary-gate, the
 simulator's flags (--sim-*, --schema-check, --no-sgls, --malformed) and the judge's
 (--judge-*); flags given on the command line win. So, from the folder the run was started in
 (its data paths are relative to it),
@@ -76,7 +76,7 @@ import rewards
 from lib.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
 from lib.model import load_policy
 from lib.parallel import autocast
-from rollout import MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, prompt_ids, rollout
+from rollout import MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, prompt_ids, rollout
 from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
 from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
 from lib.files import append_jsonl, read_jsonl
@@ -208,15 +208,15 @@ def summarize(scores):
 
 def evaluate(model, tok, tasks, simulator, judge, batch_size=64, max_turns=MAX_TURNS, max_tokens=MAX_TOKENS,
              max_tool_rounds=MAX_TOOL_ROUNDS, strict=False, gate=rewards.GATES[0],
-             reward_input=rewards.INPUTS[0]):
+             reward_input=rewards.INPUTS[0], sampler=SAMPLERS[0]):
     """The Toucan evaluation, the one that train.py's before/after-RL rows and `eval.py toucan`
-    both run: greedy rollouts on `tasks` (`batch_size` per generate call; caps as rollout.py's,
+    both run: greedy rollouts on `tasks` (`batch_size` at a time by `sampler`; caps as rollout.py's,
     `max_tool_rounds` 0 = no cap), scored by score_rollouts with the default HierR weights and
     λ_tool = λ_sum = 1 whatever the training used (`strict`, `gate`, `reward_input` as there). Returns
     (per-task scores, rollouts); summarize(scores) is the table. The caller picks the task set
     (data.drop_long for the long-prompt filter) and the compute dtype (parallel.autocast)."""
     rs = rollout(model, tok, tasks, simulator, temperature=0.0, max_turns=max_turns, max_tokens=max_tokens,
-                 batch_size=batch_size, max_tool_rounds=max_tool_rounds or None)
+                 batch_size=batch_size, max_tool_rounds=max_tool_rounds or None, sampler=sampler)
     return score_rollouts(rs, judge, strict=strict, gate=gate, tok=tok, reward_input=reward_input), rs
 
 
@@ -313,6 +313,7 @@ def fingerprint(a):
     return {**fp, "model": ident(a.model), "data": ident(a.data), "max_turns": a.max_turns,
             "max_tool_rounds": a.max_tool_rounds, "max_prompt_tokens": a.max_prompt_tokens,
             "strict_calls": a.strict_calls, "summary_gate": a.summary_gate, "reward_input": a.reward_input,
+            "sampler": a.sampler,
             "sim": [a.sim_backend or ("llm" if who(a, "sim") else "replay"), who(a, "sim")],
             "schema_check": a.schema_check, "no_sgls": a.no_sgls, "malformed": a.malformed,
             "judge": who(a, "judge") or "facts", "sim_parse": a.sim_parse, "json_depth": a.json_depth,
@@ -358,7 +359,8 @@ def get_args(argv=None):
                                 **FMT)
     sub = p.add_subparsers(dest="bench", required=True)
     t = bench_parser(sub, "toucan", "greedy rollouts on an eval split, HierR metrics", 64,
-                     "tasks per generate call", MAX_TOKENS, "response tokens per trajectory, observations included")
+                     "rollouts sampled together through all their turns", MAX_TOKENS,
+                     "response tokens per trajectory, observations included")
     t.add_argument("--model", required=True, help="hub name or local folder")
     t.add_argument("--run-config", default="auto",
                    help="a train.py config.json whose settings become this command's defaults; auto = the "
@@ -370,6 +372,7 @@ def get_args(argv=None):
     t.add_argument("--max-turns", type=int, default=MAX_TURNS, help="assistant turns per trajectory")
     t.add_argument("--max-tool-rounds", type=int, default=MAX_TOOL_ROUNDS,
                    help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
+    t.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0], help="as train.py's (rollout.py)")
     t.add_argument("--strict-calls", action="store_true", help="as train.py's (rewards.score's strict)")
     t.add_argument("--summary-gate", choices=rewards.GATES, default=rewards.GATES[0], help="as train.py's")
     t.add_argument("--reward-input", choices=rewards.INPUTS, default=rewards.INPUTS[0], help="as train.py's")
@@ -449,7 +452,8 @@ def main(argv=None):
     with autocast(a):
         summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.out, fp, a.batch_size,
                                 max_turns=a.max_turns, max_tokens=a.max_tokens, max_tool_rounds=a.max_tool_rounds,
-                                strict=a.strict_calls, gate=a.summary_gate, reward_input=a.reward_input)
+                                strict=a.strict_calls, gate=a.summary_gate, reward_input=a.reward_input,
+                                sampler=a.sampler)
     print(format_table(summary))
     print(text_table(summary, LEVELS, width=12))
     summary = {"fingerprint": fp, **summary}

@@ -1,4 +1,4 @@
-"""Batched multi-turn rollouts with a KV-cached sampling loop of our own (docs/method.md §6).
+"""Batched multi-turn rollouts (docs/method.md §6): the turn loop, token-in/token-out.
 
 Each task's prompt goes through the tokenizer's chat template once (tools are added only when
 the system message does not already hold a <tools> block; a template that ignores `tools`
@@ -6,26 +6,28 @@ gets them written into the system message). Then, turn by turn, every live rollo
 one assistant turn that stops at `</tool_call>` (by its text when the tokenizer has no such
 token), eos or pad. A turn that holds a `<tool_call>` is answered by the simulator; the end of
 the assistant turn, the tool turn with every observation and the next assistant header are
-appended BY ID with response mask 0.
+appended BY ID with response mask 0 (the policy's own ids get mask 1).
 Earlier turns are never decoded and re-encoded (token-in, token-out), so the ids the policy is
 trained on are the ids it sampled.
 
-Sampling (`sample`, no `model.generate`). Each rollout keeps its KV cache from turn to turn: a
-new turn feeds only what is not in the cache yet (the last sampled id and the tool-turn glue),
-never the conversation again. The G rollouts of a prompt prefill it once and copy its cache.
-The batch's cache has preallocated columns that each decoded id is written into in place (no
-copy of the cache per step). A row leaves the batch as soon as it stops (its cache rows are cut
-out and kept for its next turn; a live row moves into its slot), so no compute goes to finished
-rows. Rows of different lengths sit in one batch left-padded (and, from the second turn on,
-padded in the middle, between the cache and the new ids): a 2D attention mask over cache + new
-ids hides the padding and position ids are cumsum(mask) - 1, so every row computes what it
-would alone. Temperature 1 samples from the softmax of the raw logits (no top-k, top-p or
-repetition penalty, as `generate` was asked to); temperature 0 is greedy. Every sampled id
-comes with its log-prob under the policy at temperature 1 (log_softmax of the raw logits, in
-float32, whatever the sampling temperature): `Rollout.logprobs`, the old log-probs of PPO (the
-release recomputes them with a forward pass; train.py keeps that behind a flag, since bf16
-batched decoding differs slightly from it). Models with sliding-window layers are not supported
-(the cache is rebuilt as full layers).
+Samplers (`sampler`, the `--sampler` flag of train.py and eval.py toucan). Both sample one turn
+for a batch of rows, each row with its own token budget, and return every sampled id with its
+log-prob under the policy at temperature 1 (log_softmax of the raw logits in float32, whatever
+the sampling temperature): `Rollout.logprobs`, the old log-probs of PPO (the release recomputes
+them with a forward pass; train.py keeps that behind --old-logprobs, since bf16 batched decoding
+differs slightly from it). Temperature 1 samples from the softmax of the raw logits (no top-k,
+top-p or repetition penalty, whatever the model's generation_config says); 0 is greedy.
+
+    "generate"  `generate` below, the reference: Hugging Face `model.generate` over each row's
+                whole conversation, left-padded, once per turn.
+    "cached"    lib.sampler.sample (the default): each row keeps its KV cache from turn to turn
+                and each group's shared prompt is prefilled once (why it is faster, and its
+                limits: lib/sampler.py; no sliding-window layers).
+
+Greedy, the two give identical ids and log-probs equal within 1e-5 in float32
+(tests/test_rollout.py). At temperature > 0 they need not draw the same ids from the same seed:
+the reference draws for every row of its batch, finished ones included, the cached sampler for
+the live rows only.
 
 Caps (docs/method.md §6): `max_turns` assistant turns (10); `max_tool_rounds` answered tool rounds
 (None: no cap; the release's launcher sets max_user_turns=6, train.py's paper preset passes 6);
@@ -56,21 +58,24 @@ raise) with U+FFFD and counts them (lib.text.encodable): the rollout goes on. sf
 encodes with the same functions.
 
     rs = rollout(model, tok, tasks, simulator)   # one Rollout per task: repeat tasks G times for a group
+    rs = rollout(model, tok, tasks, simulator, sampler="generate")   # the same through model.generate
 """
 import functools
 import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from segment import CLOSE, OPEN, Call, segment_masks, strip_think
 
 from lib.chat import chat_ids, renders_tools, with_tools
+from lib.sampler import sample
 
 MAX_TURNS = 10       # docs/method.md §6: assistant turns per trajectory
 MAX_TOKENS = 8192    # docs/method.md §6: response tokens per trajectory, observations included
 MAX_TOOL_ROUNDS = 6  # answered tool rounds per trajectory in train.py and eval.py (the release's max_user_turns)
+SAMPLERS = ("cached", "generate")  # --sampler: lib.sampler.sample (the default) or `generate` (the reference)
 
 
 @dataclass
@@ -175,186 +180,57 @@ def stop_text(tok, stop_at_call=True):
 
 
 # ---------------------------------------------------------------------------------------------
-# sampling
-ROOM = 256  # KV columns allocated at a time for the ids a batch samples (a full cache grows by this much)
+# the reference sampler
+class TurnEnd(StoppingCriteria):
+    """`generate`'s end of a turn, row by row: a stop id, `ended(its new ids)` (stop_text, which
+    reads the last len(CLOSE) ids only) or its budget. `n[b]`: row b's turn length once it ended."""
 
+    def __init__(self, start, budgets, stops, ended):
+        self.start, self.budgets, self.stops, self.ended = start, budgets, set(stops), ended
+        self.n = [None] * len(budgets)
 
-class Slots(DynamicLayer):
-    """One layer's KV cache in preallocated columns: buffers (B, H, cap, D) that `update` writes in
-    place, so decoding an id copies nothing but its own keys and values; `keys` and `values` are
-    views of the first n columns (what attention reads). Only `resize` allocates."""
-
-    def __init__(self, cap):
-        super().__init__()
-        self.cap, self.n = cap, 0
-
-    def lazy_initialization(self, key_states, value_states):
-        B, H, _, D = key_states.shape
-        self.k = key_states.new_zeros(B, H, self.cap, D)                        # (B, H, cap, D)
-        self.v = value_states.new_zeros(B, H, self.cap, value_states.shape[-1])
-        self.is_initialized = True
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        n = self.n + key_states.shape[-2]
-        self.k[:, :, self.n:n], self.v[:, :, self.n:n] = key_states, value_states
-        return self.fill(n)
-
-    def fill(self, n):
-        """The first n columns hold the cache: (keys, values), each (B, H, n, D)."""
-        self.n, self.keys, self.values = n, self.k[:, :, :n], self.v[:, :, :n]
-        return self.keys, self.values
-
-    def resize(self, rows, cap):
-        """Keep the batch rows `rows` (an index, or slice(None) for all) in new buffers of cap >= n columns."""
-        k, v = self.keys[rows], self.values[rows]                               # (b, H, n, D)
-        self.cap, self.n = cap, 0
-        self.lazy_initialization(k, v)
-        self.update(k, v)
-
-    def move(self, src, dst, b):
-        """Copy rows `src` into rows `dst` (lists), then keep the first b rows, in place."""
-        if src:
-            self.k[dst, :, :self.n], self.v[dst, :, :self.n] = self.k[src, :, :self.n], self.v[src, :, :self.n]
-        self.k, self.v = self.k[:b], self.v[:b]
-        self.fill(self.n)
-
-
-def batch_cache(kvs, N, cap):
-    """Per-row caches (per layer (keys, values), each (H, n, D); None: empty) left-padded into the
-    first N of `cap` columns of one batched cache of `Slots` layers (N == 0: the layers start empty
-    and are allocated at the model's first update). Each row's layers are released as they are
-    copied (set to None), so the caches never exist twice."""
-    if N == 0:
-        return Cache(layer_class_to_replicate=functools.partial(Slots, cap))
-    ref = next(kv for kv in kvs if kv is not None)
-    n = [0 if kv is None else kv[0][0].shape[1] for kv in kvs]
-    layers = []
-    for layer in range(len(ref)):
-        k0, v0 = ref[layer]                                                 # (H, n, D) each
-        slots = Slots(cap)
-        slots.lazy_initialization(k0.expand(len(kvs), *k0.shape), v0.expand(len(kvs), *v0.shape))  # (U, H, cap, D)
-        for u, kv in enumerate(kvs):
-            if kv is not None:
-                slots.k[u, :, N - n[u]:N], slots.v[u, :, N - n[u]:N] = kv[layer]   # (H, n, D) each
-                kv[layer] = None
-        slots.fill(N)
-        layers.append(slots)
-    return Cache(layers=layers)
-
-
-def row_cache(cache, mask, j):
-    """Row j of a batched cache without its padding columns: per layer (keys, values), each (H, n, D).
-    `mask` (B, C) covers the cache's C columns."""
-    keep = mask[j].bool()                                                  # (C,)
-    return [(layer.keys[j][:, keep], layer.values[j][:, keep]) for layer in cache.layers]
+    def __call__(self, input_ids, scores, **kwargs):
+        k = input_ids.shape[1] - self.start                                  # new ids so far
+        for b, tail in enumerate(input_ids[:, -min(k, len(CLOSE)):].tolist()):  # (B, <= len(CLOSE))
+            if self.n[b] is None and (tail[-1] in self.stops or k >= self.budgets[b]
+                                      or (self.ended is not None and self.ended(tail))):
+                self.n[b] = k
+        return torch.tensor([n is not None for n in self.n], device=input_ids.device)  # (B,)
 
 
 @torch.no_grad()
-def sample(model, kvs, pending, budgets, temperature, stops, ended=None):
-    """One assistant turn for each row, decoded from its KV cache.
+def generate(model, past, pending, budgets, temperature, stops, ended, pad_id):
+    """One assistant turn for each row with Hugging Face `model.generate`: lib.sampler.sample's
+    contract with the ids themselves for a cache. Row b has fed `past[b]` (ids; None: none) and
+    feeds `pending[b]`; it samples until a stop id, `ended(its ids)` or `budgets[b]` ids. Returns
+    per row (ids, logprobs, every id fed: past + pending + ids[:-1]); budget < 1 samples nothing.
 
-    Row b holds `kvs[b]`, the cache of the ids it has fed so far (per layer (keys, values),
-    each (H, n, D); None when it has fed nothing), and `pending[b]`, the ids to feed before it
-    samples. Rows with no cache and the same pending ids (the G rollouts of one prompt) are
-    prefilled once. Row b samples until a stop id, `ended(its ids)` (stop_text) or `budgets[b]` ids.
-    Returns per row (ids, logprobs, cache): the sampled ids, their log-probs under the policy at
-    temperature 1, and the cache of every id fed (the last sampled id is not fed: it starts the
-    row's next pending ids). The caches passed in are consumed (emptied into the batch); a row
-    with budget < 1 samples nothing and gets its cache back.
-
-    The batch cache has preallocated columns (`Slots`; ROOM more whenever it is full), written in
-    place. A row that stops is copied out of it and leaves the batch at once: a live row from the
-    end of the batch moves into its slot (one row copied, nothing allocated). The rows are
-    sampled in row order, whatever their slots, so the random draws are those of a batch holding
-    the live rows in order.
+    One left-padded `generate` over every row's whole conversation: each turn prefills it again,
+    the G rows of a prompt prefill it G times, and a finished row decodes padding until the last
+    row ends. The log-probs are the raw logits' (`output_logits`) at the sampled ids; generate
+    keeps them for every step, B x T x vocab float32 per turn: 0.2 GB for the demo's 64 rows x
+    384 ids x 2,048, but 39 GB for 64 rows x 1,000 ids of Qwen2.5's 151,936 (lower --gen-batch).
     """
-    device = model.device
-    stops = torch.tensor(stops, device=device)
-    out = [([], [], kv) for kv in kvs]
-    todo = [b for b in range(len(kvs)) if budgets[b] >= 1]
+    out = [([], [], kv) for kv in past]
+    todo = [b for b in range(len(past)) if budgets[b] >= 1]
     if not todo:
         return out
-    # prefill each distinct (cache, pending ids) once: fresh rows with equal prompts share it
-    key = {b: tuple(pending[b]) if kvs[b] is None else b for b in todo}
-    first = {}
-    for b in todo:
-        first.setdefault(key[b], b)
-    uniq = list(first.values())
-    n = [0 if kvs[b] is None else kvs[b][0][0].shape[1] for b in uniq]
-    p = [len(pending[b]) for b in uniq]
-    N, P = max(n), max(p)
-    C, room = N + P, min(max(budgets[b] for b in todo) - 1, ROOM)  # columns filled; free columns to feed ids
-    ids = torch.zeros(len(uniq), P, dtype=torch.long)                     # (U, P) padding: any id, masked
-    mask = torch.zeros(len(uniq), C + room, dtype=torch.long)             # (U, cap) cache + new ids + room
-    for u, b in enumerate(uniq):
-        ids[u, P - p[u]:] = torch.tensor(pending[b])
-        mask[u, N - n[u]:N] = 1
-        mask[u, C - p[u]:C] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    pos = (mask[:, :C].cumsum(-1) - 1).clamp(min=0)                       # (U, C)
-    cache = batch_cache([kvs[b] for b in uniq], N, C + room)
-    logits = model(input_ids=ids, attention_mask=mask[:, :C], position_ids=pos[:, N:], cache=cache,
-                   use_cache=True, logits_to_keep=1).logits[:, -1]        # (U, V)
-    slot = {k: u for u, k in enumerate(first)}
-    sel = torch.tensor([slot[key[b]] for b in todo], device=device)       # (B,) prefill row of each row
-    mask, logits = mask[sel], logits[sel]                                 # (B, cap), (B, V)
-    if len(uniq) < len(todo):
-        for layer in cache.layers:
-            layer.resize(sel, C + room)
-    rows = list(todo)                                                     # rows[j]: the row in batch slot j
-    new, lps = {b: [] for b in todo}, {b: [] for b in todo}
-    while True:
-        order = sorted(range(len(rows)), key=rows.__getitem__)            # the slots in row order
-        sub = logits[torch.tensor(order, device=device)].float()          # (b, V)
-        logp = sub.log_softmax(-1)                                        # (b, V) the policy at temperature 1
-        if temperature > 0:
-            nxt = torch.multinomial((sub / temperature).softmax(-1), 1)[:, 0]  # (b,)
-        else:
-            nxt = logp.argmax(-1)                                         # (b,)
-        lp = logp.gather(-1, nxt[:, None])[:, 0]                          # (b,)
-        stop = torch.isin(nxt, stops)                                     # (b,)
-        done = set()
-        for j, t, x, s in zip(order, nxt.tolist(), lp.tolist(), stop.tolist()):
-            b = rows[j]
-            new[b].append(t)
-            lps[b].append(x)
-            if s or len(new[b]) >= budgets[b] or (ended is not None and ended(new[b])):
-                out[b] = (new[b], lps[b], row_cache(cache, mask[:, :C], j))
-                done.add(j)
-        live = len(rows) - len(done)
-        if not live:
-            return out
-        if done:  # stopped rows leave: the live rows past the first `live` slots move into their slots
-            dst = sorted(j for j in done if j < live)
-            src = [j for j in range(live, len(rows)) if j not in done]    # as many
-            for layer in cache.layers:
-                layer.move(src, dst, live)
-            mask[dst] = mask[src]
-            for d, j in zip(dst, src):
-                rows[d] = rows[j]
-            mask, rows = mask[:live], rows[:live]
-        if C == mask.shape[1]:  # the cache is full: room for ROOM more ids (at most what the rows can still feed)
-            room = min(max(budgets[b] - len(new[b]) for b in rows), ROOM)
-            for layer in cache.layers:
-                layer.resize(slice(None), C + room)
-            mask = torch.cat([mask, mask.new_zeros(len(rows), room)], -1) # (b, C + room)
-        feed = torch.tensor([new[b][-1] for b in rows], device=device)    # (b,) each row's last id
-        mask[:, C] = 1
-        pos = mask[:, :C].sum(-1, keepdim=True)                           # (b, 1) position of the fed id
-        C += 1
-        logits = model(input_ids=feed[:, None], attention_mask=mask[:, :C], position_ids=pos,
-                       cache=cache, use_cache=True).logits[:, -1]         # (b, V)
-
-
-def generate_turn(model, tok, seqs, budgets, temperature, batch_size, stop_at_call=True):
-    """One assistant turn for each sequence: the new ids, ending at the first stop token (or stop text)."""
-    stops, ended, out = stop_ids(tok, stop_at_call), stop_text(tok, stop_at_call), []
-    for s in range(0, len(seqs), batch_size):
-        chunk = seqs[s:s + batch_size]
-        out += [ids for ids, _, _ in sample(model, [None] * len(chunk), chunk, budgets[s:s + batch_size],
-                                            temperature, stops, ended)]
+    seqs = [(past[b] or []) + pending[b] for b in todo]
+    L = max(map(len, seqs))
+    ids = torch.tensor([[pad_id] * (L - len(q)) + q for q in seqs], device=model.device)       # (B, L)
+    attn = torch.tensor([[0] * (L - len(q)) + [1] * len(q) for q in seqs], device=model.device)  # (B, L)
+    end = TurnEnd(L, [budgets[b] for b in todo], stops, ended)
+    sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 \
+        else dict(do_sample=False)
+    gen = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max(end.budgets), eos_token_id=stops,
+                         pad_token_id=pad_id, stopping_criteria=StoppingCriteriaList([end]), repetition_penalty=1.0,
+                         output_logits=True, return_dict_in_generate=True, **sampling)
+    new = gen.sequences[:, L:]                                              # (B, T) finished rows padded
+    lp = torch.stack([x.float().log_softmax(-1).gather(-1, new[:, t, None])[:, 0]
+                      for t, x in enumerate(gen.logits)], 1)                # (B, T) log π(id) at T=1
+    for j, (b, row, lps) in enumerate(zip(todo, new.tolist(), lp.tolist())):
+        n = end.n[j] or len(row)
+        out[b] = (row[:n], lps[:n], seqs[j] + row[:n - 1])
     return out
 
 
@@ -383,14 +259,16 @@ def respond(simulator, texts, tasks):
 
 
 def rollout(model, tok, tasks, simulator, groups=None, temperature=1.0, max_turns=MAX_TURNS,
-            max_tokens=MAX_TOKENS, batch_size=64, max_tool_rounds=None):
-    """Run every task to the end, `batch_size` rollouts at a time (each batch keeps its caches
-    over all its turns; a multiple of the group size G prefills each prompt once); returns one
-    Rollout per task, in order."""
+            max_tokens=MAX_TOKENS, batch_size=64, max_tool_rounds=None, sampler=SAMPLERS[0]):
+    """Run every task to the end, `batch_size` rollouts at a time, each turn sampled by `sampler`
+    (one of SAMPLERS; "cached": each batch keeps its caches over all its turns and a multiple of
+    the group size G prefills each prompt once); returns one Rollout per task, in order."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler {sampler!r}: not one of {SAMPLERS}")
     groups = list(range(len(tasks))) if groups is None else groups
     rs = [Rollout(t, g, prompt_ids(tok, t)) for t, g in zip(tasks, groups)]
     for s in range(0, len(rs), batch_size):
-        run(model, tok, rs[s:s + batch_size], simulator, temperature, max_turns, max_tokens, max_tool_rounds)
+        run(model, tok, rs[s:s + batch_size], simulator, temperature, max_turns, max_tokens, max_tool_rounds, sampler)
     for r in rs:
         m = torch.tensor([r.mask])                                      # (1, T)
         tool, summ, _, _ = segment_masks(m)
@@ -398,16 +276,18 @@ def rollout(model, tok, tasks, simulator, groups=None, temperature=1.0, max_turn
     return rs
 
 
-def run(model, tok, rs, simulator, temperature, max_turns, max_tokens, max_tool_rounds):
-    """All turns of the rollouts `rs`, in place."""
+def run(model, tok, rs, simulator, temperature, max_turns, max_tokens, max_tool_rounds, sampler):
+    """All turns of the rollouts `rs`, in place. `kvs[i]`: what row i's sampler keeps between its
+    turns (a KV cache, or for `generate` the ids fed); `pending[i]`: the ids it feeds next."""
     stops, ended = stop_ids(tok), stop_text(tok)
+    sample_turn = sample if sampler == "cached" else functools.partial(generate, pad_id=tok.pad_token_id)
     kvs, pending = [None] * len(rs), [r.prompt for r in rs]
     live = list(range(len(rs)))
     for turn in range(max_turns):
         if not live:
             break
-        past, kvs = [kvs[i] for i in live], [None] * len(rs)  # handed over to sample, which frees them
-        new = sample(model, past, [pending[i] for i in live], [max_tokens - len(rs[i].ids) for i in live],
+        past, kvs = [kvs[i] for i in live], [None] * len(rs)  # handed over to the sampler, which frees them
+        new = sample_turn(model, past, [pending[i] for i in live], [max_tokens - len(rs[i].ids) for i in live],
                      temperature, stops, ended)
         callers, texts = [], []
         for i, (ids, lps, kv) in zip(live, new):

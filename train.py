@@ -93,7 +93,7 @@ from lib.model import load_policy
 from lib.parallel import LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, gather, gathered, load_state, lock, read_json, resume_point, save_checkpoint, save_final, set_rng_state, setup_dist, shard, world, writing
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from loss import policy_loss
-from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, collate, prompt_ids, rollout
+from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, collate, prompt_ids, rollout
 from segment import run_index
 from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth, take_unencodable
 from lib.sft import optimizer_step, warm_start
@@ -178,6 +178,9 @@ def get_args(argv=None):
     g.add_argument("--max-tokens", type=int, default=None, help="response tokens per trajectory, observations included")
     g.add_argument("--gen-batch", type=int, default=64,
                    help="rollouts sampled together through all their turns; a multiple of G prefills each prompt once")
+    g.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0],
+                   help="cached = lib/sampler.py (KV caches kept across turns, each prompt prefilled once per "
+                        "group); generate = Hugging Face model.generate, the reference (rollout.py)")
     g.add_argument("--old-logprobs", choices=["sample", "recompute"], default=None,
                    help="log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass "
                         "(the release's; exact when sampling ran in lower precision than training)")
@@ -498,7 +501,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     t0 = time.time()
     with gathered(model):
         rs = rollout(model, tok, batch_tasks, sim, groups, a.temperature, a.max_turns, a.max_tokens, a.gen_batch,
-                     max_tool_rounds=a.max_tool_rounds or None)
+                     max_tool_rounds=a.max_tool_rounds or None, sampler=a.sampler)
     t_roll = time.time() - t0
     weights = dict(zip(rewards.WEIGHTS, [0.0] * 5 if a.no_hierr else a.hierr_weights))
     scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
@@ -765,7 +768,7 @@ def run(a, rank, tasks, evals, convs, got):
             return None
         with gathered(model.eval()), autocast(a):
             scores, _ = evaluate(model, tok, evals[rank::world()], sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
-                                 a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input)
+                                 a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input, a.sampler)
         mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)
         summary = summarize([s for _, s in sorted(gather(mine), key=lambda x: x[0])])
         log({"label": label, "step": step, **summary}, "eval")

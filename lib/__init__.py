@@ -7,6 +7,7 @@
     lib/tiny.py      the embedded default model: a tokenizer trained on the world and a tiny Qwen2
     lib/llm.py       frozen-LLM clients (in-process and OpenAI-compatible HTTP) and the LLM judge
     lib/logprobs.py  token log-probs: the plain full-sequence pass and the shared-prompt pass
+    lib/sampler.py   rollout.py's cache-reusing sampler (--sampler cached): KV caches kept across turns
     lib/parallel.py  torchrun / FSDP2, checkpoints, resume, the run folder
     lib/sft.py       the warm start (supervised fine-tuning on the loss mask)
     files.py     JSONL result files

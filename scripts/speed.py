@@ -1,13 +1,13 @@
-"""Rollout speed: the old `model.generate` path against rollout.py's KV-cached sampling loop.
+"""Rollout speed: rollout.py's two samplers, `--sampler generate` (model.generate, the
+reference) against `--sampler cached` (lib/sampler.py, the default).
 
     python scripts/speed.py                      # both models, single- and multi-turn, 3 rounds
     python scripts/speed.py --rounds 5 --models tiny
-    python scripts/speed.py --old cc2b5e2        # against the sampler before the preallocated cache
 
-The old path is rollout.py as of commit --old (read with `git show`, so this needs the git
-history); by default OLD: every turn one left-padded `generate` over the whole conversation of
-every live row, each prompt prefilled G times, finished rows decoding on until the longest
-stops. The new path is today's rollout.py. Both run the same G rollouts of the shipped world's
+generate: every turn one left-padded `generate` over the whole conversation of every live row,
+each prompt prefilled G times, finished rows decoding on until the batch's last row ends.
+cached: each prompt prefilled once per group, every row continuing from its KV cache across
+turns, finished rows leaving the batch. Both run the same G rollouts of the shipped world's
 first --prompts RL tasks (data/world/rl.jsonl), answered by the replay simulator
 (malformed="answer", so a malformed call gets an error observation and the trajectory goes on),
 on one CPU thread, at temperature 1, in interleaved rounds; the table shows medians.
@@ -23,12 +23,10 @@ reply), multi-turn on the biased one (greedy, every turn is `<tool_call></tool_c
 answered, until the turn cap).
 """
 import argparse
-import importlib.util
+import functools
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
@@ -40,7 +38,6 @@ from lib import tiny  # noqa: E402
 from lib.data import load_sft, load_tasks  # noqa: E402
 from simulator import Simulator  # noqa: E402
 
-OLD = "edf5d2c"  # the last commit with the generate-based rollout.py
 SHAPES = {"tiny": (32, 1, 2), "10M": (256, 12, 8)}  # hidden, layers, heads
 EOS_BIAS, CALL_BIAS, CLOSE_BIAS = 2.5, 2.8, 8.0  # e^2.5 / 2056 ids: eos ~1 in 170 steps; <tool_call> ~1 in 130
 
@@ -71,19 +68,6 @@ def build(tok, shape):
     return model.eval()
 
 
-def old_rollout(rev=OLD):
-    """rollout.py at commit `rev`, imported from a temporary file."""
-    src = subprocess.run(["git", "show", f"{rev}:rollout.py"], capture_output=True, text=True, check=True,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout
-    path = os.path.join(tempfile.mkdtemp(), "rollout_old.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location("rollout_old", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.rollout
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
@@ -92,15 +76,13 @@ def main():
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=512, help="response budget per rollout")
     p.add_argument("--max-turns", type=int, default=4, help="turn cap of the multi-turn workload")
-    p.add_argument("--old", default=OLD, help="the commit whose rollout.py is the old path")
     a = p.parse_args()
     torch.set_num_threads(1)
-    old = old_rollout(a.old)
     world = load_tasks("data/world/rl.jsonl")
     tok = tiny.build_tokenizer(tiny.world_texts(world, load_sft("data/world/sft.jsonl")))
     tasks = [t for t in world[:a.prompts] for _ in range(a.group_size)]
     sim = Simulator(backend="replay", malformed="answer")
-    paths = {"old": old, "new": rollout.rollout}
+    paths = {name: functools.partial(rollout.rollout, sampler=name) for name in ("generate", "cached")}
     workloads = {"single-turn": 1, "multi-turn": a.max_turns}
     rows = []
     for shape in a.models:
@@ -113,22 +95,22 @@ def main():
             model.scale = 1.0
             times, tokens = {k: [] for k in paths}, {k: [] for k in paths}
             for rnd in range(a.rounds):
-                for k, f in paths.items():  # interleaved: old, new, old, new, ...
+                for k, f in paths.items():  # interleaved: generate, cached, generate, ...
                     torch.manual_seed(rnd)
                     t0 = time.perf_counter()
                     rs = f(model, tok, tasks, sim, temperature=1.0, max_turns=turns, max_tokens=a.max_tokens,
                            batch_size=len(tasks))
                     times[k].append(time.perf_counter() - t0)
                     tokens[k].append(sum(sum(r.mask) for r in rs) / len(rs))
-            t_old, t_new = statistics.median(times["old"]), statistics.median(times["new"])
-            rows.append((shape, f"{n_params:.2f}M", name, len(tasks), f"{t_old:.2f}", f"{t_new:.2f}",
-                         f"{t_old / t_new:.2f}x", f"{statistics.mean(tokens['old']):.0f}",
-                         f"{statistics.mean(tokens['new']):.0f}", "yes" if same[0] == same[1] else "NO"))
+            t_gen, t_cached = statistics.median(times["generate"]), statistics.median(times["cached"])
+            rows.append((shape, f"{n_params:.2f}M", name, len(tasks), f"{t_gen:.2f}", f"{t_cached:.2f}",
+                         f"{t_gen / t_cached:.2f}x", f"{statistics.mean(tokens['generate']):.0f}",
+                         f"{statistics.mean(tokens['cached']):.0f}", "yes" if same[0] == same[1] else "NO"))
             print(*rows[-1], flush=True)
-    head = ("model", "params", "workload", "rows", "old s", "new s", "speed-up", "old tok/row", "new tok/row",
-            "greedy equal")
+    head = ("model", "params", "workload", "rows", "generate s", "cached s", "speed-up", "generate tok/row",
+            "cached tok/row", "greedy equal")
     width = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    print(f"\nold = rollout.py at {a.old}; {a.prompts} prompts x G={a.group_size}, max_tokens {a.max_tokens}, "
+    print(f"\n{a.prompts} prompts x G={a.group_size}, max_tokens {a.max_tokens}, "
           f"medians of {a.rounds} rounds, 1 thread")
     for row in (head, *rows):
         print("  ".join(str(x).rjust(w) for x, w in zip(row, width)))

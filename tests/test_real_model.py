@@ -22,7 +22,8 @@ from lib import llm
 import train
 from helpers import tiny_model, tokenizer
 from lib.logprobs import token_logprobs
-from rollout import collate, generate_turn, prompt_ids, stop_ids, stop_text, tool_turn_ids
+from lib.sampler import sample
+from rollout import collate, generate, prompt_ids, stop_ids, stop_text, tool_turn_ids
 from lib.chat import chat_ids
 from segment import CLOSE
 from lib.chat import tools_prompt
@@ -53,8 +54,10 @@ def test_gguf_file_loads_as_a_plain_folder(smol):
     assert "quantization_config" not in json.load(open(os.path.join(folder, "config.json")))
     assert type(model).__name__ == "LlamaForCausalLM" and tok.pad_token_id == tok.eos_token_id
     ids = chat_ids(tok, [{"role": "user", "content": "What is the capital of France?"}])
-    [out] = generate_turn(model, tok, [ids], [16], 0.0, batch_size=1)
+    [(out, lp, _)] = sample(model, [None], [ids], [16], 0.0, stop_ids(tok), stop_text(tok))
     assert "Paris" in tok.decode(out) and out[-1] == tok.eos_token_id  # greedy: "The capital of France is Paris."
+    [(ref, ref_lp, _)] = generate(model, [None], [ids], [16], 0.0, stop_ids(tok), stop_text(tok), tok.pad_token_id)
+    assert ref == out and ref_lp == pytest.approx(lp, abs=1e-5)  # the reference sampler: the same reply
 
 
 def test_template_without_tools_gets_the_tool_block(smol):

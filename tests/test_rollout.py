@@ -1,5 +1,7 @@
-"""rollout.py: masks, observations, caps, stop reasons, untrusted text, and the KV-cached
-sampling loop against model.generate and a fresh full forward."""
+"""rollout.py: masks, observations, caps, stop reasons, untrusted text, and its two samplers
+(lib.sampler.sample and rollout.generate) against model.generate, a fresh full forward and
+each other."""
+import functools
 import json
 from types import SimpleNamespace
 
@@ -8,8 +10,9 @@ import torch
 from transformers import DynamicCache
 
 from helpers import tiny_model, tokenizer
-from rollout import collate, generate_turn, prompt_ids, rollout, stop_ids, tool_turn_ids
 from lib.chat import chat_ids
+from lib.sampler import sample
+from rollout import SAMPLERS, collate, generate, prompt_ids, rollout, stop_ids, stop_text, tool_turn_ids
 from segment import Call, find_blocks, parse_block
 from simulator import Simulator
 
@@ -252,8 +255,8 @@ def test_markup_in_the_prompt_stays_text():
 # the sampling loop on a real (tiny) model
 # --------------------------------------------------------------------------------------------
 
-def old_generate_turn(model, tok, seqs, budget, stops):
-    """The old path: one left-padded, greedy model.generate over all sequences."""
+def plain_generate(model, tok, seqs, budget, stops):
+    """The plainest path: one left-padded, greedy model.generate over all sequences, cut after."""
     L = max(map(len, seqs))
     ids = torch.tensor([[tok.pad_token_id] * (L - len(q)) + q for q in seqs])                # (b, L)
     attn = torch.tensor([[0] * (L - len(q)) + [1] * len(q) for q in seqs])
@@ -266,35 +269,40 @@ def old_generate_turn(model, tok, seqs, budget, stops):
     return out
 
 
+def samplers(tok):
+    """rollout.py's two samplers of one turn, as rollout.run calls them."""
+    return {"cached": sample, "generate": functools.partial(generate, pad_id=tok.pad_token_id)}
+
+
 def test_greedy_turn_matches_generate():
     torch.manual_seed(0)
     tok, model = tokenizer(), tiny_model()
     seqs = [prompt_ids(tok, t) for t in tasks_rows(3)] + [tok.encode("The weather in", add_special_tokens=False)] * 2
     for stop_at_call in (True, False):
-        stops = stop_ids(tok, stop_at_call)
-        new = generate_turn(model, tok, seqs, [30] * len(seqs), 0.0, batch_size=4, stop_at_call=stop_at_call)
-        assert new == old_generate_turn(model, tok, seqs, 30, stops)
-        assert new == [old_generate_turn(model, tok, [q], 30, stops)[0] for q in seqs]
+        stops, ended = stop_ids(tok, stop_at_call), stop_text(tok, stop_at_call)
+        for name, f in samplers(tok).items():
+            new = [ids for ids, _, _ in f(model, [None] * len(seqs), seqs, [30] * len(seqs), 0.0, stops, ended)]
+            assert new == plain_generate(model, tok, seqs, 30, stops), name
+            assert new == [plain_generate(model, tok, [q], 30, stops)[0] for q in seqs], name
 
 
-class Caller:
+def calling(model, tok, strength):
     """The tiny model plus a bias on the next token given the current one, so that it calls
     tools: after the assistant header it opens a call, then writes `{` and closes it. A bias
-    by input id gives the same logits with or without a cache."""
+    by input id (a forward hook, so `model.generate` sees it too) gives the same logits with
+    or without a cache."""
+    V = model.config.vocab_size
+    bias = torch.zeros(V, V)                                                # (V, V)
+    ids = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    head, brace = ids("<|im_start|>assistant\n")[-1], ids("{")[0]
+    for a, b in ((head, ids("<tool_call>")[0]), (ids("<tool_call>")[0], brace), (brace, ids("</tool_call>")[0])):
+        bias[a, b] = strength
 
-    def __init__(self, model, tok, strength):
-        self.model, self.device = model, model.device
-        V = model.config.vocab_size
-        self.bias = torch.zeros(V, V)                                       # (V, V)
-        ids = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
-        head, brace = ids("<|im_start|>assistant\n")[-1], ids("{")[0]
-        for a, b in ((head, ids("<tool_call>")[0]), (ids("<tool_call>")[0], brace), (brace, ids("</tool_call>")[0])):
-            self.bias[a, b] = strength
-
-    def __call__(self, input_ids, **kw):
-        out = self.model(input_ids=input_ids, **kw)
-        out.logits = out.logits + self.bias[input_ids[:, -out.logits.shape[1]:]]  # (B, T, V)
+    def hook(module, args, kwargs, out):
+        out.logits = out.logits + bias[kwargs["input_ids"][:, -out.logits.shape[1]:]]  # (B, T, V)
         return out
+    model.register_forward_hook(hook, with_kwargs=True)
+    return model
 
 
 class RoundsSim:
@@ -323,12 +331,14 @@ def fresh_logprobs(model, r):
     return logits.log_softmax(-1)[len(r.prompt) - 1:-1]                     # (T, V)
 
 
-def test_cached_multi_turn_rollouts_match_a_fresh_forward():
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_multi_turn_rollouts_match_a_fresh_forward(sampler):
     torch.manual_seed(0)
     tok = tokenizer()
+    rollout_ = functools.partial(rollout, sampler=sampler)
     # greedy: every policy token is the argmax of a fresh forward, log-probs equal to 1e-5
-    model = Caller(tiny_model(), tok, strength=8.0)
-    rs = rollout(model, tok, world(6), RoundsSim(), temperature=0.0, max_turns=4, max_tokens=100)
+    model = calling(tiny_model(), tok, strength=8.0)
+    rs = rollout_(model, tok, world(6), RoundsSim(), temperature=0.0, max_turns=4, max_tokens=100)
     assert [r.stop for r in rs] == ["no_call", "no_call", "no_call"] * 2
     assert [len(r.turns) for r in rs] == [1, 2, 3] * 2  # ends at different turns: rows leave the batch
     for r in rs:
@@ -339,19 +349,83 @@ def test_cached_multi_turn_rollouts_match_a_fresh_forward():
         assert torch.allclose(torch.tensor(r.logprobs)[pol], lp.gather(-1, ids[:, None])[:, 0][pol], atol=1e-5)
         assert all(x == 0.0 for x, m in zip(r.logprobs, r.mask) if not m)
     # the same rows one at a time (no padding, no compaction) give the same rollouts
-    alone = rollout(model, tok, world(6), RoundsSim(), temperature=0.0, max_turns=4, max_tokens=100, batch_size=1)
+    alone = rollout_(model, tok, world(6), RoundsSim(), temperature=0.0, max_turns=4, max_tokens=100, batch_size=1)
     assert [r.ids for r in alone] == [r.ids for r in rs]
     # sampling at temperature 1 (turns of every length, rows stopping at every step, G = 3
     # rows sharing each prompt's prefill): the returned log-probs are the policy's
-    model = Caller(tiny_model(), tok, strength=6.0)
-    rs = rollout(model, tok, [t for t in world(4) for _ in range(3)], EchoSim(), temperature=1.0, max_turns=4,
-                 max_tokens=120)
+    model = calling(tiny_model(), tok, strength=6.0)
+    rs = rollout_(model, tok, [t for t in world(4) for _ in range(3)], EchoSim(), temperature=1.0, max_turns=4,
+                  max_tokens=120)
     assert sum(len(r.turns) > 1 for r in rs) >= 3 and len({len(t["text"]) for r in rs for t in r.turns}) > 6
     for r in rs:
         lp = fresh_logprobs(model, r)
         pol = torch.tensor(r.mask).bool()
         got = lp.gather(-1, torch.tensor(r.ids)[:, None])[:, 0]
         assert torch.allclose(torch.tensor(r.logprobs)[pol], got[pol], atol=1e-5)
+
+
+def test_the_two_samplers_agree_on_greedy_multi_turn_rollouts():
+    """rollout.generate (model.generate) and lib.sampler.sample: the same ids, turns and stops,
+    log-probs within 1e-5. Every call turn ends at the </tool_call> stop id; the rows end at
+    different turns (no call to answer after 0 and 1 rounds, the token budget inside turn 3)."""
+    tok = tokenizer()
+    model = calling(tiny_model(), tok, strength=8.0)
+    got = {name: rollout(model, tok, world(6), RoundsSim(), temperature=0.0, max_turns=4, max_tokens=60,
+                         sampler=name) for name in SAMPLERS}
+    ref = got["generate"]
+    assert [r.stop for r in ref] == ["no_call", "no_call", "length"] * 2
+    assert [len(r.turns) for r in ref] == [1, 2, 3] * 2
+    assert [sum(r.mask) < len(r.ids) for r in ref] == [False, True, True] * 2  # tool turns appended by id
+    for a, b in zip(ref, got["cached"]):
+        assert (a.ids, a.mask, a.turns, a.stop) == (b.ids, b.mask, b.turns, b.stop)
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    with pytest.raises(ValueError, match="sampler"):
+        rollout(model, tok, world(1), RoundsSim(), sampler="vllm")
+
+
+def test_the_two_samplers_agree_turn_by_turn_on_budgets_and_stop_text():
+    """One turn, then a second from what each sampler handed back (its cache, or the ids fed):
+    rows with their own budgets (0 and 1 included) ending at different steps, at a stop id, at
+    `ended` (a stop by text, as stop_text) or at their budget. Greedy: the same ids, log-probs
+    within 1e-5."""
+    tok = tokenizer()
+    model = calling(tiny_model(seed=1), tok, strength=8.0)
+    brace = tok.encode("{", add_special_tokens=False)[0]
+    ended = lambda ids: tok.decode(ids[-1:]) == "{"  # noqa: E731  a stop by text on the last id
+    stops = stop_ids(tok)
+    seqs = [prompt_ids(tok, t) if b % 2 else tok.encode("The weather in", add_special_tokens=False)
+            for b, t in enumerate(tasks_rows(7))]     # odd rows call a tool, even rows ramble
+    budgets = [5, 9, 1, 3, 13, 2, 0] + [2, 0, 5, 1, 3, 4, 6]  # turn 1, turn 2
+    glue = tok.encode("\nobs<|im_start|>assistant\n", add_special_tokens=False)
+    for stop_text_ in (None, ended):
+        out = {}
+        for name, f in samplers(tok).items():
+            first = f(model, [None] * 7, seqs, budgets[:7], 0.0, stops, stop_text_)
+            second = f(model, [kv for _, _, kv in first], [ids[-1:] + glue for ids, _, _ in first], budgets[7:],
+                       0.0, stops, stop_text_)
+            out[name] = [(ids, lp) for ids, lp, _ in first + second]
+        assert [ids for ids, _ in out["generate"]] == [ids for ids, _ in out["cached"]]
+        for (_, a), (_, b) in zip(out["generate"], out["cached"]):
+            assert a == pytest.approx(b, abs=1e-5)
+        ids = [ids for ids, _ in out["generate"]]
+        early = [x[-1] for x, b in zip(ids, budgets) if 0 < len(x) < b]  # ended before the budget: by what
+        assert early and set(early) == ({brace} if stop_text_ else {tok.convert_tokens_to_ids("</tool_call>")})
+        assert any(len(x) == b > 0 for x, b in zip(ids, budgets)) and len(set(map(len, ids))) >= 4
+
+
+def test_generate_ignores_the_models_generation_config():
+    """Temperature 1 means the raw softmax, greedy means the argmax, whatever generation_config
+    holds (Qwen2.5-Instruct's has top_k 20, top_p 0.8, repetition_penalty 1.05). While no row has
+    ended, the reference makes the same draws as lib.sampler.sample from the same seed."""
+    tok, model = tokenizer(), tiny_model()
+    model.generation_config.update(top_k=2, top_p=0.5, repetition_penalty=3.0, temperature=0.3, do_sample=True)
+    seqs = [tok.encode(f"The weather in {c}", add_special_tokens=False) for c in "ABCD"]
+    for temperature in (0.0, 1.0):
+        got = {}
+        for name, f in samplers(tok).items():
+            torch.manual_seed(0)
+            got[name] = [ids for ids, _, _ in f(model, [None] * 4, seqs, [20] * 4, temperature, [], None)]
+        assert got["generate"] == got["cached"], temperature
 
 
 def test_each_prompt_is_prefilled_once_per_group():

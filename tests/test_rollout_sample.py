@@ -1,12 +1,13 @@
-"""rollout.sample against a reference without a KV cache: rows that stop at different steps
+"""lib.sampler.sample against a reference without a KV cache: rows that stop at different steps
 (live rows moving into the slots of stopped ones, the cache grown past its preallocated
 columns), then a second turn from the returned per-row caches."""
 import pytest
 import torch
 
-import rollout
 from helpers import tiny_model, tokenizer
-from rollout import sample, stop_ids
+from lib import sampler
+from lib.sampler import sample
+from rollout import stop_ids
 
 
 def reference(model, seqs, budgets, temperature, stops):
@@ -35,9 +36,9 @@ def fresh_cache(model, seq):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("room", [3, rollout.ROOM])  # 3: the cache fills and grows every few ids
+@pytest.mark.parametrize("room", [3, sampler.ROOM])  # 3: the cache fills and grows every few ids
 def test_two_turns_of_rows_stopping_at_different_steps_match_a_cacheless_reference(monkeypatch, temperature, room):
-    monkeypatch.setattr(rollout, "ROOM", room)
+    monkeypatch.setattr(sampler, "ROOM", room)
     tok, model = tokenizer(), tiny_model(seed=1)
     stops = stop_ids(tok)
     prompts = [tok.encode("The weather in Paris is", add_special_tokens=False),
@@ -79,17 +80,17 @@ def test_the_cache_is_written_in_place():
     the prefill to the end of a turn whose rows all run the full budget."""
     tok, model = tokenizer(), tiny_model()
     seen = set()
-    real = rollout.Slots.update
+    real = sampler.Slots.update
 
     def spy(self, *a, **kw):
         out = real(self, *a, **kw)
         seen.add(self.k.data_ptr())
         return out
-    rollout.Slots.update = spy
+    sampler.Slots.update = spy
     try:
         seqs = [tok.encode("The weather in", add_special_tokens=False)] * 4
         got = sample(model, [None] * 4, seqs, [40] * 4, 1.0, [])  # no stop ids: 40 ids per row
     finally:
-        rollout.Slots.update = real
+        sampler.Slots.update = real
     assert [len(ids) for ids, _, _ in got] == [40] * 4
     assert len(seen) == 2  # the prefill's buffers (one row per prompt), then the batch's (one per row)

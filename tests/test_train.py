@@ -286,6 +286,38 @@ def test_old_logprobs_from_sampling_equal_the_recomputed_ones(world):
         assert torch.allclose(v, finals["recompute"][k], atol=1e-6), k
 
 
+@pytest.mark.slow
+def test_sampler_generate_trains_and_greedy_matches_cached(world, monkeypatch):
+    """`--sampler generate` (rollout.generate, model.generate) runs train.py end to end, the RL
+    rollouts and the evals alike; greedy (--temperature 0), its rollouts, eval rows and final
+    weights are those of the default cached sampler; `eval.py toucan` on the run's model takes
+    its sampler."""
+    import eval as E
+    import rollout as ro
+    tmp, rl, _ = world
+    runs, calls = {}, []
+    for name in ("generate", "sample"):  # every turn sampled, by name
+        real = getattr(ro, name)
+        monkeypatch.setattr(ro, name, lambda *a, _f=real, _n=name, **kw: calls.append(_n) or _f(*a, **kw))
+    for how in ("generate", "cached"):
+        calls.clear()
+        out = tmp / how
+        train.main(["--data", rl, "--sft-data", "", "--eval-data", rl, "--steps", "1", "--group-size", "2",
+                    "--prompts-per-step", "2", "--mini-batch", "2", "--max-tokens", "32", "--max-turns", "2",
+                    "--temperature", "0", "--lr", "1e-3", "--sampler", how, "--out", str(out)])
+        from transformers import AutoModelForCausalLM
+        runs[how] = ([{k: v for k, v in json.loads(l).items() if k != "step"} for l in open(out / "rollouts.jsonl")],
+                     [json.loads(l) for l in open(out / "eval.jsonl")],
+                     AutoModelForCausalLM.from_pretrained(out / "final").state_dict())
+        assert E.get_args(["toucan", "--model", str(out / "final"), "--out", "x"]).sampler == how  # the run's
+        assert calls and set(calls) == {"generate" if how == "generate" else "sample"}
+    (r1, e1, w1), (r2, e2, w2) = runs["generate"], runs["cached"]
+    assert len(r1) == 4 and [r["turns"] for r in r1] == [r["turns"] for r in r2]
+    assert e1 == e2 and len(e1) == 2
+    for k, v in w1.items():
+        assert torch.allclose(v, w2[k], atol=1e-6), k
+
+
 # ---------------------------------------------------------------------------------------------
 # each prompt once per group (logprobs.shared_states) against the full-sequence path
 def grouped_batch(left, prompts=(5, 9, 7), G=3, seed=0):
