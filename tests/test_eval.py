@@ -287,21 +287,21 @@ def test_loop_cut_can_be_turned_off():
     for loop_stop in (True, False):
         models.decode(Model([5, 6]), tok, [[1, 2]], 100, 0.0, 4, [tok.eos_token_id], loop_stop)
     assert seen == [["LoopStop"], []]
-    assert E.get_args(["bfcl", "--out", "x"]).loop_cut
-    assert not E.get_args(["bfcl", "--out", "x", "--no-loop-cut"]).loop_cut
+    assert B.get_args(["bfcl", "--out", "x"]).loop_cut
+    assert not B.get_args(["bfcl", "--out", "x", "--no-loop-cut"]).loop_cut
 
 
 def test_system_prompt_file_replaces_the_toucan_rules(tmp_path, capsys):
     rules = tmp_path / "rules.txt"
     rules.write_text('Use {"name": ...} blocks.')                    # braces stay as they are
-    a = E.get_args(["bfcl", "--out", "x", "--system-prompt", str(rules)])
+    a = B.get_args(["bfcl", "--out", "x", "--system-prompt", str(rules)])
     assert a.system_template == 'Use {"name": ...} blocks.'
     assert hermes.as_text(CHAT, TOOLS, "toucan", False, a.system_template)[0]["content"].startswith(
         'You are a helpful assistant.\n\nUse {"name": ...} blocks.\n\n# Tools\n')
-    assert E.get_args(["tau2", "--out", "x"]).system_template == hermes.TOUCAN_RULES
-    assert E.fingerprint(a)["system_prompt"] != E.fingerprint(E.get_args(["bfcl", "--out", "x"]))["system_prompt"]
+    assert B.get_args(["tau2", "--out", "x"]).system_template == hermes.TOUCAN_RULES
+    assert B.fingerprint(a)["system_prompt"] != B.fingerprint(B.get_args(["bfcl", "--out", "x"]))["system_prompt"]
     with pytest.raises(SystemExit):
-        E.get_args(["bfcl", "--out", "x", "--system-prompt", str(tmp_path / "none.txt")])
+        B.get_args(["bfcl", "--out", "x", "--system-prompt", str(tmp_path / "none.txt")])
     assert f"error: --system-prompt {tmp_path / 'none.txt'}: cannot read it" in capsys.readouterr().err
 
 

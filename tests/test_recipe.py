@@ -272,11 +272,12 @@ def test_decoded_reward_input_scores_a_call_inside_a_tool_response():
 def test_group_stats_release_reaches_the_advantages():
     scores = [dict(r_tool=0.9, r_sum=0.9, score=0.9, r_succ=1.0, r_action=1.0)] * 16 + \
         [dict(r_tool=0.7, r_sum=0.5, score=0.7, r_succ=1.0, r_action=1.0)]
-    batch = {"tool_mask": torch.tensor([[1.0, 1.0, 0.0]] * 17), "summary_mask": torch.tensor([[0.0, 0.0, 1.0]] * 17)}
-    gids, keep = torch.tensor([0] * 16 + [1]), torch.ones(17, dtype=torch.bool)
+    batch = {"tool_mask": torch.tensor([[1.0, 1.0, 0.0]] * 17), "summary_mask": torch.tensor([[0.0, 0.0, 1.0]] * 17),
+             "response_mask": torch.tensor([[1.0, 1.0, 1.0]] * 17)}
+    gids, keep, turns = torch.tensor([0] * 16 + [1]), torch.ones(17, dtype=torch.bool), [[]] * 17
     for algo in ("slca", "grpo"):
-        exact = train.advantages(scores, batch, gids, keep, train.get_args(["--algo", algo, "--device", "cpu"]))[0]
-        release = train.advantages(scores, batch, gids, keep, train.get_args(
+        exact = train.advantages(scores, turns, batch, gids, keep, train.get_args(["--algo", algo, "--device", "cpu"]))[0]
+        release = train.advantages(scores, turns, batch, gids, keep, train.get_args(
             ["--algo", algo, "--device", "cpu", "--group-stats", "release"]))[0]
         assert exact.abs().max() == 0 and release[:16].abs().min() > 0.01    # float32 noise on equal rewards
         assert release[16].tolist() == ([0.0] * 3 if algo == "slca" else pytest.approx([0.7 / (1 + 1e-6)] * 3))
