@@ -86,15 +86,15 @@ from tqdm import tqdm
 
 from lib import llm
 import rewards
-from advantage import STATS, TURN_CREDIT, grpo_advantages, route, route_turns, slca_advantages, toolpo_advantages, turn_advantages
+from rewards import score_rollouts
+from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, turn_stats
 from lib.data import MAX_PROMPT_TOKENS, TURNS, DataError, drop_long, load_sft, load_tasks, release_files
-from eval import evaluate, format_table, score_rollouts, summarize
+from eval import evaluate, format_table, summarize
 from lib.model import load_policy
 from lib.parallel import LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, gather, gathered, load_state, lock, read_json, resume_point, save_checkpoint, save_final, set_rng_state, setup_dist, shard, world, writing
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
-from loss import policy_loss
+from loss import grad_cosine, normaliser, policy_loss
 from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, collate, prompt_ids, rollout
-from segment import run_index
 from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth, take_unencodable
 from lib.sft import optimizer_step, warm_start
 from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
@@ -155,7 +155,7 @@ def get_args(argv=None):
     g.add_argument("--sft-limit", type=int, default=None, help="use the first N conversations only")
     g.add_argument("--sft-weight-decay", type=num, default=None, help="AdamW weight decay of the warm start")
     g = p.add_argument_group("RL")
-    g.add_argument("--algo", choices=["slca", "grpo", "toolpo"], default="slca",
+    g.add_argument("--algo", choices=ALGOS, default=ALGOS[0],
                    help="grpo = the 'w/o SLCA' ablation; toolpo = the release's additive baseline (Eq. 13)")
     g.add_argument("--epochs", type=int, default=None,
                    help="RL epochs over --data, each in its own seeded order (the release's launchers run 5)")
@@ -358,90 +358,6 @@ def backward(model, batch, idx, old, ref, A, mask_key, norm, a):
     return stats
 
 
-def normaliser(batch, idx, mask_key, agg):
-    """Eq. 12's N over the whole mini-batch, all ranks: tokens (token-mean) or rollouts with
-    at least one token (seq-mean-token-mean)."""
-    m = batch[mask_key][idx]                                                   # (b, L)
-    local = float(m.sum()) if agg == "token-mean" else float((m.sum(1) > 0).sum())
-    return max(all_sum(local), 1.0)
-
-
-def grad_cosine(model, batch, idx, old, ref, A, a):
-    """The paper's diagnostic: cosine between the gradients that the tool-segment tokens and
-    the summary-segment tokens contribute (two extra backward passes)."""
-    grads = []
-    for key in ("tool_mask", "summary_mask"):
-        model.zero_grad(set_to_none=True)
-        backward(model, batch, idx, old, ref, A, key, normaliser(batch, idx, key, a.loss_agg), a)
-        grads.append([(p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad).flatten()
-                      if p.grad is not None else torch.zeros(0) for p in model.parameters()])
-    model.zero_grad(set_to_none=True)
-    dot, n0, n1 = all_sum([sum(float((g0 * g1).sum()) for g0, g1 in zip(*grads) if g0.numel() and g1.numel()),
-                           sum(float(g.pow(2).sum()) for g in grads[0]), sum(float(g.pow(2).sum()) for g in grads[1])])
-    return dot / math.sqrt(n0 * n1) if n0 > 0 and n1 > 0 else 0.0
-
-
-def turn_table(turn_r, response_mask):
-    """Per-turn rewards as (B, K) with their presence (B, K) bool, K the most tool turns of a row.
-    turn_r: per rollout, its tool turns' rewards (rewards.turn_rewards of every turn but the
-    last). Turn k of row i is present when the row's loss mask holds one run per turn, its tool
-    turns and the summary (Eq. 1); a row whose mask holds another number of runs (a dropped
-    rollout, whose mask is all 0, or a turn that sampled no token) has no turn present, since
-    its runs cannot be matched to its turns."""
-    B, K = len(turn_r), max(map(len, turn_r), default=0)
-    r, present = torch.zeros(B, K), torch.zeros(B, K, dtype=torch.bool)              # (B, K)
-    runs = (run_index(response_mask).amax(1) + 1).tolist()                           # (B,) runs in the mask
-    for i, x in enumerate(turn_r):
-        if x and runs[i] == len(x) + 1:
-            r[i, :len(x)], present[i, :len(x)] = torch.tensor(x), True
-    return r, present
-
-
-def advantages(scores, turn_r, batch, gids, keep, a):
-    """Per-token advantages (B, L), the per-rollout (tool, summary) ones for the logs, and the
-    per-turn ones Â_{i,k} (B, K) of Eq. 14 (computed for every algorithm, for the logs; only
-    slca with --turn-credit > 0 trains on them). Rollouts outside `keep` (transport failures)
-    enter no group statistic and get 0."""
-    col = lambda k: torch.tensor([s[k] for s in scores], dtype=torch.float32)  # noqa: E731  (B,)
-    tp = batch["tool_mask"].bool().any(1).cpu() & keep                                  # (B,)
-    sp = batch["summary_mask"].bool().any(1).cpu() & keep
-    adv_tool, adv_sum = slca_advantages(col("r_tool"), col("r_sum"), tp, sp, gids, lam_tool=a.lam_tool,
-                                        lam_sum=a.lam_sum, norm_by_std=a.norm_by_std,
-                                        stats=a.group_stats)                    # (B,) each
-    adv_turn = turn_advantages(*turn_table(turn_r, batch["response_mask"].cpu()), gids,
-                               norm_by_std=a.norm_by_std)                               # (B, K)
-    dev = lambda x: x.to(a.device)  # noqa: E731
-    if a.algo == "slca":                                                                # Eqs. 8, 14
-        A = route_turns(dev(adv_tool), dev(adv_sum), dev(adv_turn), run_index(batch["response_mask"]),
-                        batch["tool_mask"], batch["summary_mask"], a.turn_credit, a.lam_tool)
-    elif a.algo == "grpo":                                                              # Eq. 6
-        adv = grpo_advantages(col("score"), gids, norm_by_std=a.norm_by_std, present=keep,
-                              stats=a.group_stats)                                      # (B,)
-        A = route(dev(adv), dev(adv), batch["tool_mask"], batch["summary_mask"])
-    else:                                                                               # Eq. 13
-        a_succ, a_action = toolpo_advantages(col("r_succ"), col("r_action"), keep, tp, gids,
-                                             norm_by_std=a.toolpo_norm_by_std, stats=a.group_stats)
-        A = route(dev(a_succ + a_action), dev(a_succ), batch["tool_mask"], batch["summary_mask"])
-    return A, tp, sp, adv_tool, adv_sum, adv_turn                                      # (B, L), (B,) ..., (B, K)
-
-
-def turn_stats(adv_turn, adv_tool):
-    """Sums for the per-turn sign-conflict rate: the tool turns with a nonzero Â_{i,k} (only a
-    present turn in a group of two or more with unequal rewards has one), and those of them
-    whose sign is opposite to their rollout's segment advantage Â_i^tool."""
-    live = adv_turn != 0                                                               # (B, K)
-    return {"turn_n": float(live.sum()), "turn_conflict": float((live & (adv_turn * adv_tool[:, None] < 0)).sum())}
-
-
-def seg_stats(adv, present, gids, name):
-    """Sums for the mean and std of a segment's advantages over present rollouts, and the
-    groups whose advantages are all zero for that segment (no learning signal)."""
-    x = adv[present].double()
-    zero = [bool((adv[gids == g] == 0).all()) for g in gids.unique()]
-    return {f"adv_{name}_n": float(x.numel()), f"adv_{name}_sum": float(x.sum()), f"adv_{name}_sq": float((x * x).sum()),
-            f"adv_{name}_zero": float(sum(zero)), f"adv_{name}_groups": float(len(zero))}
-
-
 def data_order(n, epochs, seed):
     """The RL prompts' order over all epochs: one seeded shuffle of range(n) per epoch, end to
     end (the first epoch's is the order one epoch always had). Saved in every checkpoint, so a
@@ -473,9 +389,10 @@ def ppo_update(model, opt, batch, old, ref, A, a, bad):
         for s in range(0, B, per_mb):
             idx = list(range(s, min(s + per_mb, B)))
             if a.grad_cosine and epoch == 0 and s == 0:
-                stats["grad_cosine"] = grad_cosine(model, batch, idx, old, ref, A, a)
+                stats["grad_cosine"] = grad_cosine(model, lambda key: backward(
+                    model, batch, idx, old, ref, A, key, normaliser(batch[key][idx], a.loss_agg), a))
             st = backward(model, batch, idx, old, ref, A, "response_mask",
-                          normaliser(batch, idx, "response_mask", a.loss_agg), a)
+                          normaliser(batch["response_mask"][idx], a.loss_agg), a)
             loss = all_sum(st.pop("loss"))
             bad, norm, stepped = optimizer_step(model, opt, loss, a, bad)
             for k, v in st.items():
@@ -514,7 +431,9 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     gids = torch.tensor(groups)                                                         # (B,)
     turn_r = [rewards.turn_rewards([t["text"] for t in r.turns[:-1]], r.task.gold, r.task.allowed_tools, weights,
                                    a.strict_calls) for r in rs]                          # per rollout, per tool turn
-    A, tp, sp, adv_tool, adv_sum, adv_turn = advantages(scores, turn_r, batch, gids, keep, a)
+    A, tp, sp, adv_tool, adv_sum, adv_turn = token_advantages(
+        a.algo, scores, turn_r, batch["response_mask"], batch["tool_mask"], batch["summary_mask"], keep, gids,
+        a.lam_tool, a.lam_sum, a.turn_credit, a.norm_by_std, a.toolpo_norm_by_std, a.group_stats)
 
     # old log-probs (from sampling, or recomputed) and reference log-probs, before any update
     B = len(rs)

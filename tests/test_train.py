@@ -8,6 +8,7 @@ import torch
 
 import lib.model
 from lib import logprobs, sft
+import advantage
 import train
 from helpers import CALL, tiny_model, tokenizer, verl_row, write_jsonl, write_world
 
@@ -458,16 +459,16 @@ def test_turn_table_presence_needs_one_run_per_turn():
                          [0, 1, 0, 1, 1, 0, 0],    # three turns logged, two runs (a turn sampled nothing)
                          [0, 0, 0, 0, 0, 0, 0],    # dropped: its mask was zeroed
                          [0, 1, 1, 1, 0, 0, 0]])   # summary only: no tool turn
-    r, present = train.turn_table([[0.5, 1.0], [0.25, 0.75], [1.0], []], mask)
+    r, present = advantage.turn_table([[0.5, 1.0], [0.25, 0.75], [1.0], []], mask)
     assert r.tolist() == [[0.5, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]
     assert present.tolist() == [[True, True], [False, False], [False, False], [False, False]]
-    assert [t.shape for t in train.turn_table([[], []], mask[:2])] == [(2, 0), (2, 0)]
+    assert [t.shape for t in advantage.turn_table([[], []], mask[:2])] == [(2, 0), (2, 0)]
 
 
 def test_turn_stats_count_nonzero_turns_and_opposite_signs():
     adv_turn = torch.tensor([[0.7, -0.7], [-0.7, 0.0], [0.0, 0.0], [0.5, 0.2]])
     adv_tool = torch.tensor([1.0, 1.0, -1.0, 0.0])
-    assert train.turn_stats(adv_turn, adv_tool) == {"turn_n": 5.0, "turn_conflict": 2.0}
+    assert advantage.turn_stats(adv_turn, adv_tool) == {"turn_n": 5.0, "turn_conflict": 2.0}
 
 
 @pytest.mark.slow
