@@ -409,7 +409,7 @@ def main(argv=None):
                     parse=a.sim_parse, prompt=a.sim_template)
     judge_client = llm.client_from_args(a, "judge")
     judge = llm.LLMJudge(judge_client, prompt=a.judge_template) if judge_client else rewards.FactsJudge()
-    with autocast(a):
+    with autocast(a.dtype, a.device):
         summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.out, fp, a.batch_size,
                                 max_turns=a.max_turns, max_tokens=a.max_tokens, max_tool_rounds=a.max_tool_rounds,
                                 strict=a.strict_calls, gate=a.summary_gate, reward_input=a.reward_input)

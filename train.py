@@ -76,9 +76,7 @@ import random
 import shutil
 import signal
 import sys
-import threading
 import time
-from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -88,15 +86,19 @@ from lib import llm
 import rewards
 from rewards import score_rollouts
 from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, turn_stats
-from lib.data import MAX_PROMPT_TOKENS, TURNS, DataError, drop_long, load_sft, load_tasks, release_files
+from lib.data import MAX_PROMPT_TOKENS, TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
 from eval import evaluate, format_table, summarize
 from lib.model import load_policy
-from lib.parallel import LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, gather, gathered, load_state, lock, read_json, resume_point, save_checkpoint, save_final, set_rng_state, setup_dist, shard, world, writing
+from lib.files import json_safe
+from lib.optim import optimizer_step
+from lib.parallel import (LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, deterministic, gather,
+                          gathered, load_state, lock, rank_prompts, read_json, resume_point, save_checkpoint,
+                          save_final, set_rng_state, setup_dist, shard, stop_requests, stop_signal, world, writing)
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from loss import grad_cosine, normaliser, policy_loss
 from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, collate, prompt_ids, rollout
 from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth, take_unencodable
-from lib.sft import optimizer_step, warm_start
+from lib.sft import SFTConfig, warm_start
 from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
 
 # ---------------------------------------------------------------------------------------------
@@ -115,7 +117,6 @@ TINY = dict(data="data/world/rl.jsonl", eval_data="data/world/eval.jsonl", sft_d
             schema_check="full", epochs=EPOCHS)  # sized for ~10 min on 2 CPU cores
 STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's stop reasons
 LOGS = ("metrics", "rollouts", "eval")  # <out>/<name>.jsonl
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # what a scheduler sends before it kills a job; Ctrl-C
 
 
 def num(text):
@@ -338,6 +339,12 @@ def check_args(p, a):
         p.error("--resume and --overwrite exclude each other")
 
 
+def sft_config(a):
+    """The warm start's settings (lib/sft.py) from the flags."""
+    return SFTConfig(a.sft_epochs, a.sft_lr, a.sft_batch, a.sft_max_len, a.sft_warmup, a.sft_weight_decay,
+                     a.micro_batch, a.grad_clip, a.max_bad_updates, a.seed, a.device)
+
+
 # ---------------------------------------------------------------------------------------------
 def backward(model, batch, idx, old, ref, A, mask_key, norm, a):
     """Accumulate the gradient of the loss (Eqs. 9-12) over rows `idx`, counting only the
@@ -358,26 +365,6 @@ def backward(model, batch, idx, old, ref, A, mask_key, norm, a):
     return stats
 
 
-def data_order(n, epochs, seed):
-    """The RL prompts' order over all epochs: one seeded shuffle of range(n) per epoch, end to
-    end (the first epoch's is the order one epoch always had). Saved in every checkpoint, so a
-    resumed run takes the same prompts in every epoch."""
-    rng, order = random.Random(seed), []
-    for _ in range(epochs):
-        perm = list(range(n))
-        rng.shuffle(perm)
-        order += perm
-    return order
-
-
-def rank_prompts(n, mini_batch, rank, world):
-    """Positions (in the step's list of n prompts) that this rank takes: an equal share of
-    every mini-batch, so the union over ranks of each rank's k-th mini-batch is the
-    single-process k-th mini-batch and the update is the same."""
-    share = mini_batch // world
-    return [k + rank * share + i for k in range(0, n, mini_batch) for i in range(share)]
-
-
 def ppo_update(model, opt, batch, old, ref, A, a, bad):
     """PPO on one rollout batch (this rank's rows, G per prompt): one optimizer step per
     mini-batch of prompts, `ppo_epochs` passes. Returns (stats summed over updates, bad count)."""
@@ -394,7 +381,7 @@ def ppo_update(model, opt, batch, old, ref, A, a, bad):
             st = backward(model, batch, idx, old, ref, A, "response_mask",
                           normaliser(batch["response_mask"][idx], a.loss_agg), a)
             loss = all_sum(st.pop("loss"))
-            bad, norm, stepped = optimizer_step(model, opt, loss, a, bad)
+            bad, norm, stepped = optimizer_step(model, opt, loss, a.grad_clip, a.max_bad_updates, bad)
             for k, v in st.items():
                 stats[k] = stats.get(k, 0.0) + v
             stats["loss"] += loss
@@ -493,58 +480,12 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
 
 
 # ---------------------------------------------------------------------------------------------
-def strict(x):
-    """JSON-safe copy: non-finite floats become null (json.dumps would write bare NaN)."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: strict(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [strict(v) for v in x]
-    return x
-
-
-@contextmanager
-def stop_requests():
-    """SIGTERM and SIGINT ask the run to stop: the handler only records the signal (in the list
-    yielded), and the run stops at its next step boundary. A second signal acts as it would
-    have without this (SIGTERM kills, SIGINT raises KeyboardInterrupt)."""
-    got = []
-    if threading.current_thread() is not threading.main_thread():  # Python delivers signals to the main thread only
-        yield got
-        return
-
-    def handler(sig, frame):
-        got.append(sig)
-        signal.signal(sig, old[sig])
-
-    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    try:
-        yield got
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def deterministic(device):
-    """On CPU, torch's deterministic algorithms. Without them, the backward of the rows' read of
-    their group's shared prompt keys and values (lib/logprobs.py) adds the rows in whatever order
-    the threads get there, and two-thread runs differ even on an idle machine."""
-    if torch.device(device).type == "cpu":
-        torch.use_deterministic_algorithms(True)
-
-
-def stop_signal(got):
-    """The stop signal that any rank got, else 0; every rank calls this at the same boundary."""
-    return max(gather([got[0] if got else 0]))
-
-
 def main(argv=None):
     a = get_args(argv)
     set_json_depth(a.json_depth)
     if a.resume and not os.path.exists(os.path.join(a.out, "config.json")):
         raise SystemExit(f"--resume: no run to continue in --out {a.out} (no config.json)")
-    rank, _ = setup_dist(a)
+    rank, _, a.device = setup_dist(a.device)
     random.seed(a.seed)
     torch.manual_seed(a.seed)
 
@@ -577,7 +518,7 @@ def run(a, rank, tasks, evals, convs, got):
     # rank 0's view, before it writes anything: another rank listing later would see its config.json
     earlier = gather([main_rank and any(n != LOCK for n in os.listdir(a.out))])[0]
     if a.resume:
-        check_resume(a)
+        check_resume(a.out, vars(a))
         if os.path.isdir(final):
             if main_rank:
                 try:
@@ -609,7 +550,7 @@ def run(a, rank, tasks, evals, convs, got):
     def log(row, kind="metrics"):
         if main_rank:
             with writing(files[kind].name):
-                files[kind].write(json.dumps(strict(row), allow_nan=False) + "\n")
+                files[kind].write(json.dumps(json_safe(row), allow_nan=False) + "\n")
                 files[kind].flush()
 
     def sizes():
@@ -669,8 +610,8 @@ def run(a, rank, tasks, evals, convs, got):
     if convs and not done_sft:
         if a.resume:
             rewind(dict.fromkeys(LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
-        with autocast(a):
-            warm_start(model, tok, convs, a, sft_log)
+        with autocast(a.dtype, a.device):
+            warm_start(model, tok, convs, sft_config(a), sft_log)
         save_final(model, tok, sft_dir, rank, info={"logs": sizes()})
     ref = None
     if a.kl_beta:  # the frozen SFT policy, kept in the compute dtype
@@ -682,7 +623,7 @@ def run(a, rank, tasks, evals, convs, got):
         prompts r, r + world, ...; the scores are put back in the split's order before the means."""
         if not evals:
             return None
-        with gathered(model.eval()), autocast(a):
+        with gathered(model.eval()), autocast(a.dtype, a.device):
             scores, _ = evaluate(model, tok, evals[rank::world()], sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
                                  a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input)
         mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)
@@ -697,7 +638,7 @@ def run(a, rank, tasks, evals, convs, got):
     order = data_order(len(tasks), a.epochs, a.seed)
     random.seed(a.seed + 1)  # RL starts from the same RNG state whether SFT ran now or in an earlier process
     torch.manual_seed(a.seed + 1)
-    start, found = 0, resume_point(a.out, model, a, rank) if a.resume else None
+    start, found = 0, resume_point(a.out, model, vars(a), rank) if a.resume else None
     if found:
         folder, state, rng = found
         load_state(model, opt, state["model"], state["optimizer"])
@@ -721,7 +662,7 @@ def run(a, rank, tasks, evals, convs, got):
         sig = stop_signal(got)
         if sig:
             if saved != step:
-                save_checkpoint(model, opt, a, step, order, rank, sizes())
+                save_checkpoint(model, opt, a.out, vars(a), a.keep, step, order, rank, sizes())
             if main_rank:
                 print(f"stopped by {signal.Signals(sig).name} at RL step {step} of {steps} (a checkpoint is in "
                       f"{os.path.join(a.out, 'ckpt', f'step-{step}')}); continue with --resume", flush=True)
@@ -730,7 +671,7 @@ def run(a, rank, tasks, evals, convs, got):
     for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
         halt(step)
         pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
-        with autocast(a), llm.window(a.step_deadline, sim_client, judge_client):  # a dead endpoint stalls one step at most
+        with autocast(a.dtype, a.device), llm.window(a.step_deadline, sim_client, judge_client):  # a dead endpoint stalls one step at most
             m, rs, scores, turn_r, (at, asum), bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
                                                      pos, sim, rl_judge, a, step, bad)
         m["elapsed"] = time.time() - t_start
@@ -751,7 +692,7 @@ def run(a, rank, tasks, evals, convs, got):
         if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
             run_eval(f"step {step + 1}", step + 1)
         if a.save_every and (step + 1) % a.save_every == 0 and step + 1 < steps:
-            save_checkpoint(model, opt, a, step + 1, order, rank, sizes())
+            save_checkpoint(model, opt, a.out, vars(a), a.keep, step + 1, order, rank, sizes())
             saved = step + 1
     halt(steps)
 

@@ -1,5 +1,7 @@
-"""JSONL result files: read what parses, append without losing a line cut by a crash."""
+"""JSONL result files: read what parses, append without losing a line cut by a crash; logs are
+strict JSON (`json_safe`: a non-finite number is written as null)."""
 import json
+import math
 import os
 from pathlib import Path
 
@@ -34,3 +36,14 @@ def append_jsonl(path, rows):
     with open(path, "a") as f:
         f.write("\n" if cut else "")
         f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def json_safe(x):
+    """JSON-safe copy: non-finite floats become null (json.dumps would write bare NaN)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    return x

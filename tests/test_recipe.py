@@ -14,7 +14,7 @@ import eval as E
 import rewards
 from lib import sft
 import train
-from lib.data import Task, load_sft
+from lib.data import Task, data_order, load_sft
 from helpers import CALL, tiny_model, tokenizer, write_world
 
 RELEASE_FILES = {"rl": "data/world/rl.jsonl", "eval": "data/world/eval.jsonl", "sft": "data/world/sft.jsonl"}
@@ -57,13 +57,13 @@ def test_bad_recipe_flags_name_the_flag(argv, message, capsys):
 
 
 def test_each_epoch_has_its_own_seeded_order():
-    order = train.data_order(10, 3, seed=4)
+    order = data_order(10, 3, seed=4)
     first = list(range(10))
     random.Random(4).shuffle(first)
     assert order[:10] == first                                      # epoch 0: the order one epoch always had
     epochs = [order[e * 10:(e + 1) * 10] for e in range(3)]
     assert all(sorted(e) == list(range(10)) for e in epochs) and len({tuple(e) for e in epochs}) == 3
-    assert train.data_order(10, 3, seed=4) == order and train.data_order(10, 3, seed=5) != order
+    assert data_order(10, 3, seed=4) == order and data_order(10, 3, seed=5) != order
 
 
 def test_sft_takes_its_own_weight_decay(monkeypatch, tmp_path):
@@ -77,7 +77,7 @@ def test_sft_takes_its_own_weight_decay(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.optim, "AdamW", adamw)
     rl, sft_path = write_world(tmp_path, n_sft=2)
     a = train.get_args(["--data", rl, "--sft-batch", "2", "--sft-epochs", "1", "--sft-weight-decay", "0"])
-    sft.warm_start(tiny_model(), tokenizer(), load_sft(sft_path), a, lambda row: None)
+    sft.warm_start(tiny_model(), tokenizer(), load_sft(sft_path), train.sft_config(a), lambda row: None)
     assert seen == [0.0] and a.weight_decay == 0.01                 # RL keeps its own 0.01
 
 

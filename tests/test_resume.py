@@ -367,7 +367,7 @@ def test_the_shared_prompt_backward_is_bit_identical_at_two_threads():
     import train
     from lib.logprobs import token_logprobs
     was, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
-    train.deterministic("cpu")
+    parallel.deterministic("cpu")
     torch.set_num_threads(2)
     try:
         model = tiny_model().train()

@@ -10,6 +10,7 @@ import lib.model
 from lib import logprobs, sft
 import advantage
 import train
+from lib.files import json_safe
 from helpers import CALL, tiny_model, tokenizer, verl_row, write_jsonl, write_world
 
 
@@ -65,7 +66,7 @@ def test_sft_loss_falls(world):
     from lib.data import load_sft
     rows = []
     model = tiny_model()
-    sft.warm_start(model, tokenizer(), load_sft(sft_path), a, rows.append)
+    sft.warm_start(model, tokenizer(), load_sft(sft_path), train.sft_config(a), rows.append)
     losses = [r["loss"] for r in rows]
     assert len(losses) == 16 and all(math.isfinite(x) for x in losses)
     assert losses[-1] < 0.5 * losses[0]
@@ -184,7 +185,7 @@ def test_too_many_bad_updates_stop_the_run(world, monkeypatch):
 
 
 def test_strict_json_turns_non_finite_numbers_into_null():
-    row = train.strict({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}, "e": "x"})
+    row = json_safe({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}, "e": "x"})
     assert json.dumps(row, allow_nan=False) == '{"a": null, "b": [null, 1.5], "c": {"d": null}, "e": "x"}'
 
 
