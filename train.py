@@ -89,33 +89,53 @@ from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, tu
 from lib.data import MAX_PROMPT_TOKENS, TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
 from eval import evaluate, format_table, summarize
 from lib.model import load_policy
-from lib.files import json_safe
+from lib.files import Logs
 from lib.optim import optimizer_step
 from lib.parallel import (LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, deterministic, gather,
                           gathered, load_state, lock, rank_prompts, read_json, resume_point, save_checkpoint,
                           save_final, set_rng_state, setup_dist, shard, stop_requests, stop_signal, world, writing)
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
-from loss import grad_cosine, normaliser, policy_loss
+from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
 from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, collate, prompt_ids, rollout
 from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth, take_unencodable
 from lib.sft import SFTConfig, warm_start
 from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
 
 # ---------------------------------------------------------------------------------------------
-# presets: the paper's recipe (docs/method.md §7) for a named model, a CPU-sized one for the embedded demo
+# The config is the flag table below (get_args), grouped under headers; the resolved flags are printed and saved
+# whole to <out>/config.json (and in every checkpoint). Preset flags: (demo, paper) values. No --model: the demo's,
+# sized for ~10 min on 2 CPU cores; a named --model: the paper's recipe (docs/method.md §7). Flags always win.
 EPOCHS = 1  # RL epochs over --data: the paper's and the release's yaml (its launchers default to 5)
-# the release's SFT ran LLaMA-Factory with no weight_decay set (transformers' default, 0); its schema check stops at
-# check 3 (light). The demo keeps SFT weight decay 0.01 and the full check, the settings its README numbers were measured with.
-PAPER = dict(data=None, eval_data=None, sft_data=None, sft_epochs=2, sft_lr=5e-6, sft_batch=32,
-             sft_max_len=16384, sft_limit=None, sft_weight_decay=0.0, group_size=16, prompts_per_step=128,
-             mini_batch=32, micro_batch=8, lr=1e-6, steps=None, max_tokens=8192, eval_limit=None, eval_every=50,
-             dtype="bfloat16", grad_ckpt=True, old_logprobs="recompute", schema_check="light", epochs=EPOCHS)
-TINY = dict(data="data/world/rl.jsonl", eval_data="data/world/eval.jsonl", sft_data="data/world/sft.jsonl",
-            sft_epochs=8, sft_lr=6e-3, sft_batch=8, sft_max_len=1024, sft_limit=None, sft_weight_decay=0.01,
-            group_size=8, prompts_per_step=16, mini_batch=8, micro_batch=32, lr=1e-4, steps=60, max_tokens=384,
-            eval_limit=None, eval_every=0, dtype="float32", grad_ckpt=False, old_logprobs="sample",
-            schema_check="full", epochs=EPOCHS)  # sized for ~10 min on 2 CPU cores
+PRESETS = {
+    "data": ("data/world/rl.jsonl", None),          # paper None: the release's splits (lib.data.release_files)
+    "eval_data": ("data/world/eval.jsonl", None),
+    "sft_data": ("data/world/sft.jsonl", None),
+    "sft_epochs": (8, 2),
+    "sft_lr": (6e-3, 5e-6),
+    "sft_batch": (8, 32),
+    "sft_max_len": (1024, 16384),
+    "sft_limit": (None, None),
+    "sft_weight_decay": (0.01, 0.0),  # the release's SFT (LLaMA-Factory) sets none: transformers' 0; the demo's 0.01
+    "group_size": (8, 16),            # G
+    "prompts_per_step": (16, 128),
+    "mini_batch": (8, 32),
+    "micro_batch": (32, 8),
+    "lr": (1e-4, 1e-6),
+    "steps": (60, None),              # None: --epochs x prompts // --prompts-per-step
+    "max_tokens": (384, 8192),
+    "eval_limit": (None, None),
+    "eval_every": (0, 50),
+    "dtype": ("float32", "bfloat16"),
+    "grad_ckpt": (False, True),
+    "old_logprobs": ("sample", "recompute"),
+    "schema_check": ("full", "light"),  # the release's check stops at check 3 (light); the demo's README numbers: full
+    "epochs": (EPOCHS, EPOCHS),
+}
+TINY = {k: demo for k, (demo, _) in PRESETS.items()}     # no --model: the embedded demo
+PAPER = {k: paper for k, (_, paper) in PRESETS.items()}  # a named --model
 STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's stop reasons
+SCORE_KEYS = ("format", "name", "key", "value", "parallel", "process", "summary", "score", "omission",
+              "r_tool", "r_sum", "tool_turns", "length")  # per-rollout scores averaged into each RL step's metrics
 LOGS = ("metrics", "rollouts", "eval")  # <out>/<name>.jsonl
 
 
@@ -183,18 +203,17 @@ def get_args(argv=None):
                    help="log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass "
                         "(the release's; exact when sampling ran in lower precision than training)")
     g = p.add_argument_group("loss (docs/method.md §4)")
-    g.add_argument("--loss-agg", choices=["seq-mean-token-mean", "token-mean"], default="seq-mean-token-mean",
+    g.add_argument("--loss-agg", choices=AGGS, default=AGGS[1],
                    help="seq-mean-token-mean = what the released run computed (one rollout per micro-batch): a mean "
                         "over rollouts of per-rollout token means; token-mean = one mean over the mini-batch's tokens")
-    g.add_argument("--clip-eps", type=num, default=0.2)
-    g.add_argument("--clip-c", type=num, default=3.0, help="dual-clip constant")
-    g.add_argument("--kl-beta", type=num, default=0.001, help="0 drops the reference model")
+    g.add_argument("--clip-eps", type=num, default=CLIP_EPS)
+    g.add_argument("--clip-c", type=num, default=CLIP_C, help="dual-clip constant")
+    g.add_argument("--kl-beta", type=num, default=KL_BETA, help="0 drops the reference model")
     g = p.add_argument_group("rewards and advantages (docs/method.md §2-3)")
     g.add_argument("--lam-tool", type=num, default=1.0)
     g.add_argument("--lam-sum", type=num, default=1.0)
     g.add_argument("--hierr-weights", type=num, nargs=5, default=list(rewards.WEIGHTS.values()),
-                   metavar=("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"))
-    g.add_argument("--no-hierr", action="store_true", help="'w/o HierR': all process weights 0")
+                   metavar=("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"), help="Eq. 2's; 0 0 0 0 0 = 'w/o HierR'")
     g.add_argument("--strict-calls", action="store_true",
                    help="a block with no valid call is invalid and a response with no valid call is an omission "
                         "(-0.5); the release only looks for the <tool_call> tag, so `<tool_call>[]</tool_call>` "
@@ -346,11 +365,12 @@ def sft_config(a):
 
 
 # ---------------------------------------------------------------------------------------------
+# the RL step: rollouts -> rewards -> advantages -> old and reference log-probs -> PPO update
 def backward(model, batch, idx, old, ref, A, mask_key, norm, a):
     """Accumulate the gradient of the loss (Eqs. 9-12) over rows `idx`, counting only the
-    tokens of `mask_key`; `norm` is the mini-batch's normaliser, summed over ranks (its
-    response tokens for token-mean, its rollouts for seq-mean-token-mean). FSDP averages
-    gradients over ranks, so each rank's loss is scaled by the world size. Returns summed stats."""
+    tokens of `mask_key`; `norm` is the mini-batch's N (loss.normaliser, summed over ranks).
+    FSDP averages gradients over ranks, so each rank's loss is scaled by the world size.
+    Returns the stats summed over micro-batches."""
     stats = {}
     for rows, mb in micro_batches(batch, idx, a.micro_batch, a.group_size):
         L = mb["input_ids"].shape[1]
@@ -391,23 +411,41 @@ def ppo_update(model, opt, batch, old, ref, A, a, bad):
     return stats, bad
 
 
-def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
-    """One rollout batch (this rank's prompts, G rollouts each) and its PPO update.
-    Returns (metrics over all ranks, rollouts, scores, per-turn rewards, (adv_tool, adv_sum), bad-update count)."""
+def old_and_ref_logprobs(model, ref, batch, a):
+    """log π_old of Eq. 9 (as sampled, or recomputed with --old-logprobs recompute) and log π_ref
+    of Eq. 11 (None without a reference), each (B, L), before any update. Pops batch["logprobs"]."""
     G = a.group_size
-    batch_tasks = [t for t in tasks for _ in range(G)]
+    old = batch.pop("logprobs").float() * batch["response_mask"]                    # (B, L)
+    refl = torch.zeros_like(old) if ref is not None else None
+    with torch.no_grad():  # each prompt once; the responses in passes of similar length, NO_GRAD_ROWS rows at most
+        for rows, mb in micro_batches(batch, list(range(len(old))), max(a.micro_batch, G), G):
+            L, groups = mb["input_ids"].shape[1], torch.tensor(rows) // G
+            x = (mb["input_ids"], mb["attention_mask"], mb["response_mask"])
+            if a.old_logprobs == "recompute":
+                old[rows, :L] = token_logprobs(model, *x, groups=groups, rows=NO_GRAD_ROWS)
+            if ref is not None:
+                refl[rows, :L] = token_logprobs(ref, *x, groups=groups, rows=NO_GRAD_ROWS)
+    return old, refl
+
+
+def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
+    """One rollout batch (this rank's prompts, G rollouts each) and its PPO update. Returns
+    (metrics over all ranks, rollouts, scores, per-turn rewards, (adv_tool, adv_sum), bad-update count)."""
+    G = a.group_size
     groups = [g for g in group_ids for _ in range(G)]
     model.eval()
     take_unencodable()  # from here on: this step's text (prompts, observations)
     t0 = time.time()
     with gathered(model):
-        rs = rollout(model, tok, batch_tasks, sim, groups, a.temperature, a.max_turns, a.max_tokens, a.gen_batch,
-                     max_tool_rounds=a.max_tool_rounds or None)
+        rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, groups, a.temperature, a.max_turns,
+                     a.max_tokens, a.gen_batch, max_tool_rounds=a.max_tool_rounds or None)
     t_roll = time.time() - t0
-    weights = dict(zip(rewards.WEIGHTS, [0.0] * 5 if a.no_hierr else a.hierr_weights))
+    weights = dict(zip(rewards.WEIGHTS, a.hierr_weights))                                # Eq. 2's
     scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
                             succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok,
-                            reward_input=a.reward_input)
+                            reward_input=a.reward_input)                                # Eqs. 2-5
+    turn_r = [rewards.turn_rewards([t["text"] for t in r.turns[:-1]], r.task.gold, r.task.allowed_tools, weights,
+                                   a.strict_calls) for r in rs]                          # per rollout, per tool turn
     # a rollout that lost a tool answer or its rating to the network is not trained on (--keep-failed: it is)
     sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
     judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
@@ -416,33 +454,32 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     for k in ("response_mask", "tool_mask", "summary_mask"):
         batch[k] = batch[k] * keep.to(a.device)[:, None]
     gids = torch.tensor(groups)                                                         # (B,)
-    turn_r = [rewards.turn_rewards([t["text"] for t in r.turns[:-1]], r.task.gold, r.task.allowed_tools, weights,
-                                   a.strict_calls) for r in rs]                          # per rollout, per tool turn
     A, tp, sp, adv_tool, adv_sum, adv_turn = token_advantages(
         a.algo, scores, turn_r, batch["response_mask"], batch["tool_mask"], batch["summary_mask"], keep, gids,
-        a.lam_tool, a.lam_sum, a.turn_credit, a.norm_by_std, a.toolpo_norm_by_std, a.group_stats)
-
-    # old log-probs (from sampling, or recomputed) and reference log-probs, before any update
-    B = len(rs)
-    old = batch.pop("logprobs").float() * batch["response_mask"]                    # (B, L)
-    refl = torch.zeros_like(old) if ref is not None else None
-    with torch.no_grad():  # each prompt once; the responses in passes of similar length, NO_GRAD_ROWS rows at most
-        for rows, mb in micro_batches(batch, list(range(B)), max(a.micro_batch, G), G):
-            L, groups = mb["input_ids"].shape[1], torch.tensor(rows) // G
-            x = (mb["input_ids"], mb["attention_mask"], mb["response_mask"])
-            if a.old_logprobs == "recompute":
-                old[rows, :L] = token_logprobs(model, *x, groups=groups, rows=NO_GRAD_ROWS)
-            if ref is not None:
-                refl[rows, :L] = token_logprobs(ref, *x, groups=groups, rows=NO_GRAD_ROWS)
+        a.lam_tool, a.lam_sum, a.turn_credit, a.norm_by_std, a.toolpo_norm_by_std, a.group_stats)  # Eqs. 6-8, 13-14
+    old, refl = old_and_ref_logprobs(model, ref, batch, a)
     t1 = time.time()
-    stats, bad = ppo_update(model, opt, batch, old, refl, A, a, bad)
+    stats, bad = ppo_update(model, opt, batch, old, refl, A, a, bad)                     # Eqs. 9-12
     t_train = time.time() - t1
+    m, tot = step_metrics(step, rs, scores, batch, stats, (adv_tool, tp), (adv_sum, sp), adv_turn, gids,
+                          sim_fail, judge_fail, bad, t_roll, t_train, a.ppo_epochs)
+    fail = (tot["sim_failed"] + tot["judge_failed"]) / tot["n"]
+    if fail > a.max_fail_rate:
+        which = [f"the simulator ({a.sim_url or a.sim_model})" if tot["sim_failed"] else "",
+                 f"the judge ({a.judge_url or a.judge_model})" if tot["judge_failed"] else ""]
+        raise SystemExit(f"stopping at RL step {step}: {fail:.0%} of the rollouts lost an answer to endpoint "
+                         f"failures ({' and '.join(w for w in which if w)}); over --max-fail-rate {a.max_fail_rate}")
+    return m, rs, scores, turn_r, (adv_tool, adv_sum), bad
 
-    # metrics: sums over this rank's rollouts, added up over ranks, then means
-    keys = ("format", "name", "key", "value", "parallel", "process", "summary", "score", "omission",
-            "r_tool", "r_sum", "tool_turns", "length")
+
+def step_metrics(step, rs, scores, batch, stats, tool, summary, adv_turn, gids, sim_fail, judge_fail, bad,
+                 t_roll, t_train, ppo_epochs):
+    """One RL step's metrics row: sums over this rank's rollouts, added up over ranks, then means
+    (the loss stats are shares of each mini-batch, so they are averaged over the updates).
+    tool and summary: (advantages (B,), presence (B,)) of each segment. Returns (row, the sums)."""
+    (adv_tool, tp), (adv_sum, sp) = tool, summary
     loss_keys = [k for k in stats if k not in ("loss", "grad_norm", "skipped", "updates", "grad_cosine")]
-    local = {**{k: sum(float(s[k]) for s in scores) for k in keys}, "n": float(B),
+    local = {**{k: sum(float(s[k]) for s in scores) for k in SCORE_KEYS}, "n": float(len(rs)),
              **seg_stats(adv_tool, tp, gids, "tool"), **seg_stats(adv_sum, sp, gids, "sum"),
              "sign_conflict": float(((adv_tool * adv_sum) < 0).sum()), **turn_stats(adv_turn, adv_tool),
              **{k: stats[k] for k in loss_keys},
@@ -452,7 +489,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
              "policy_tokens": float(batch["response_mask"].sum()), "tokens": float(batch["attention_mask"].sum())}
     tot = dict(zip(local, all_sum(list(local.values()))))
     n, u = tot["n"], stats["updates"]
-    m = {"step": step, **{k: tot[k] / n for k in keys}}
+    m = {"step": step, **{k: tot[k] / n for k in SCORE_KEYS}}
     for seg in ("tool", "sum"):
         c, s1, s2 = tot[f"adv_{seg}_n"], tot[f"adv_{seg}_sum"], tot[f"adv_{seg}_sq"]
         m[f"adv_{seg}_mean"] = s1 / c if c else 0.0
@@ -460,26 +497,21 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
         m[f"adv_{seg}_zero_groups"] = tot[f"adv_{seg}_zero"] / tot[f"adv_{seg}_groups"]
     m.update({"sign_conflict": tot["sign_conflict"] / n,
               "turn_conflict": tot["turn_conflict"] / tot["turn_n"] if tot["turn_n"] else 0.0,
-              **{k: tot[k] / u for k in loss_keys},          # the loss stats are shares of each mini-batch
+              **{k: tot[k] / u for k in loss_keys},
               "loss": stats["loss"] / u, "grad_norm": stats["grad_norm"] / u,
               "skipped_updates": stats["skipped"], "bad_updates_in_a_row": bad,
               "sim_failed": tot["sim_failed"] / n, "judge_failed": tot["judge_failed"] / n,
               "unencodable": tot["unencodable"],           # a count over the step's rollouts, all ranks
               **{f"stop_{k}": tot[f"stop_{k}"] / n for k in STOPS},
               "rollout_tok_s": tot["policy_tokens"] / t_roll / world(),
-              "train_tok_s": a.ppo_epochs * tot["tokens"] / t_train / world(),
+              "train_tok_s": ppo_epochs * tot["tokens"] / t_train / world(),
               "t_rollout": t_roll, "t_train": t_train,
               **({"grad_cosine": stats["grad_cosine"]} if "grad_cosine" in stats else {})})
-    fail = (tot["sim_failed"] + tot["judge_failed"]) / n
-    if fail > a.max_fail_rate:
-        which = [f"the simulator ({a.sim_url or a.sim_model})" if tot["sim_failed"] else "",
-                 f"the judge ({a.judge_url or a.judge_model})" if tot["judge_failed"] else ""]
-        raise SystemExit(f"stopping at RL step {step}: {fail:.0%} of the rollouts lost an answer to endpoint "
-                         f"failures ({' and '.join(w for w in which if w)}); over --max-fail-rate {a.max_fail_rate}")
-    return m, rs, scores, turn_r, (adv_tool, adv_sum), bad
+    return m, tot
 
 
 # ---------------------------------------------------------------------------------------------
+# the run: --out, the model, SFT, the RL loop, the evals and checkpoints
 def main(argv=None):
     a = get_args(argv)
     set_json_depth(a.json_depth)
@@ -513,7 +545,63 @@ def main(argv=None):
 def run(a, rank, tasks, evals, convs, got):
     """The run in --out, which this process holds: start, continue or report it finished. `got`
     collects the stop signals (SIGTERM, SIGINT) that arrive meanwhile."""
-    main_rank = rank == 0
+    main_rank, final = rank == 0, os.path.join(a.out, "final")
+    if not open_folder(a, main_rank):
+        return
+    logs = Logs(a.out, LOGS, main_rank)
+    model, tok, tasks, evals, sft_dir, name = load_model(a, rank, tasks, evals, convs)
+    sim, judge, rl_judge, clients = frozen_llms(a)
+    t_start = time.time()
+    model = shard(model, a.dtype)
+    if convs and not os.path.isdir(sft_dir):
+        if a.resume:
+            logs.rewind(dict.fromkeys(LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
+        with autocast(a.dtype, a.device):
+            warm_start(model, tok, convs, sft_config(a), lambda row: (logs.write(row), halt(a, got, main_rank)))
+        save_final(model, tok, sft_dir, rank, info={"logs": logs.sizes()})
+    ref = None
+    if a.kl_beta:  # the frozen SFT policy, kept in the compute dtype
+        ref = shard(load_policy(sft_dir if os.path.isdir(sft_dir) else name, a.dtype, a.device)[0], a.dtype).eval()
+        ref.requires_grad_(False)
+    eval_row = lambda label, step: run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step)  # noqa: E731
+
+    # RL state: fresh, or the newest checkpoint that reads back; the logs are cut back to that point
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    start, order, found = rl_state(a, model, opt, rank, logs, len(tasks), sft_dir)
+    table = {"before RL": None if found else eval_row("before RL", 0)}
+    steps = len(order) // a.prompts_per_step if a.steps is None else a.steps
+    mine = rank_prompts(a.prompts_per_step, a.mini_batch, rank, world())
+    bad, saved = 0, start if found else None  # the step of the newest checkpoint this process knows is on disk
+    checkpoint = lambda step: save_checkpoint(model, opt, a.out, vars(a), a.keep, step, order, rank, logs.sizes())  # noqa: E731
+    for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
+        halt(a, got, main_rank, step, steps, None if saved == step else checkpoint)
+        pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
+        with autocast(a.dtype, a.device), llm.window(a.step_deadline, *clients):  # a dead endpoint stalls one step at most
+            m, rs, scores, turn_r, advs, bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
+                                                       pos, sim, rl_judge, a, step, bad)
+        m["elapsed"] = time.time() - t_start
+        log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, a.show)
+        if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
+            eval_row(f"step {step + 1}", step + 1)
+        if a.save_every and (step + 1) % a.save_every == 0 and step + 1 < steps:
+            checkpoint(step + 1)
+            saved = step + 1
+    halt(a, got, main_rank, steps, steps, None if saved == steps else checkpoint)
+
+    if steps:  # also when a stop came after the last step: the resumed run has no step left but this
+        table["after RL"] = eval_row("after RL", steps)
+    save_final(model, tok, final, rank, info={"rl_steps": steps, "logs": logs.sizes()})
+    if main_rank:
+        if all(table.values()):
+            print(format_table(table))
+        print(f"done in {time.time() - t_start:.0f}s; checkpoint in {final}")
+    logs.close()
+
+
+def open_folder(a, main_rank):
+    """Start the run in --out (after --overwrite cleared it; an earlier run needs --resume or
+    --overwrite) or check the one --resume continues, and print the config. False when the run
+    is finished (final/ exists): nothing to do."""
     final = os.path.join(a.out, "final")
     # rank 0's view, before it writes anything: another rank listing later would see its config.json
     earlier = gather([main_rank and any(n != LOCK for n in os.listdir(a.out))])[0]
@@ -526,7 +614,7 @@ def run(a, rank, tasks, evals, convs, got):
                 except Unusable:
                     n = "?"
                 print(f"run in {a.out} already finished ({n} RL steps, model in {final}); nothing to do")
-            return
+            return False
     elif not a.overwrite and earlier:
         raise SystemExit(f"--out {a.out} holds an earlier run: pass --resume to continue it or --overwrite to replace it")
     elif main_rank:
@@ -542,46 +630,19 @@ def run(a, rank, tasks, evals, convs, got):
     barrier()
     if main_rank:
         print(json.dumps(vars(a), indent=1))
-    files = {}
-    if main_rank:
-        with writing(a.out):
-            files = {k: open(os.path.join(a.out, f"{k}.jsonl"), "a") for k in LOGS}
+    return True
 
-    def log(row, kind="metrics"):
-        if main_rank:
-            with writing(files[kind].name):
-                files[kind].write(json.dumps(json_safe(row), allow_nan=False) + "\n")
-                files[kind].flush()
 
-    def sizes():
-        """Each log's byte length: stored with a checkpoint, so a resumed run cuts off what came after."""
-        return {k: os.fstat(f.fileno()).st_size for k, f in files.items()} if main_rank else None
-
-    def rewind(marks):
-        """Cut the logs back to `marks` (their lengths at the point the run resumes from): what
-        was logged after it is redone. None (a checkpoint of an older version): appended as is."""
-        for k, f in files.items() if marks else ():
-            if os.fstat(f.fileno()).st_size > marks[k]:
-                with writing(f.name):
-                    f.truncate(marks[k])
-                    f.seek(0, os.SEEK_END)
-
-    def sft_log(row):
-        log(row)
-        sig = stop_signal(got)
-        if sig:
-            if main_rank:
-                print(f"stopped by {signal.Signals(sig).name} during SFT; --resume redoes SFT from its start", flush=True)
-            raise SystemExit(128 + sig)
-
-    # model: the SFT result of this run when there is one, else a named one, or the tiny demo
+def load_model(a, rank, tasks, evals, convs):
+    """The policy in float32 (see lib/parallel.autocast): this run's SFT result when there is
+    one, else --model, or the tiny demo built once into <out>/base. Prompts over
+    --max-prompt-tokens are dropped. Returns (model, tok, tasks, evals, sft_dir, the model's folder)."""
     sft_dir, base_dir = os.path.join(a.out, "sft"), os.path.join(a.out, "base")
-    done_sft = os.path.isdir(sft_dir)
-    name = sft_dir if done_sft else a.model
+    name = sft_dir if os.path.isdir(sft_dir) else a.model
     if name is None:
         from lib import tiny
         if not os.path.isdir(base_dir):
-            if main_rank:
+            if rank == 0:
                 with writing(base_dir, base_dir + ".tmp"):
                     tiny.build(base_dir + ".tmp", tiny.world_texts(tasks, convs), a.seed, *a.tiny_size)
                     os.replace(base_dir + ".tmp", base_dir)
@@ -589,13 +650,19 @@ def run(a, rank, tasks, evals, convs, got):
         name = base_dir
     if a.resume and os.path.isdir(name):
         check_folder(name)
-    model, tok = load_policy(name, "float32", a.device, a.grad_ckpt)  # float32 master weights, see autocast()
+    model, tok = load_policy(name, "float32", a.device, a.grad_ckpt)
     n_tokens = lambda t: len(prompt_ids(tok, t))  # noqa: E731
     (tasks, n_rl), (evals, n_ev) = drop_long(tasks, n_tokens, a.max_prompt_tokens), drop_long(evals, n_tokens, a.max_prompt_tokens)
-    if main_rank and n_rl + n_ev:
+    if rank == 0 and n_rl + n_ev:
         print(f"dropped {n_rl} RL and {n_ev} eval prompts over --max-prompt-tokens {a.max_prompt_tokens}")
     if not tasks:
         raise SystemExit(f"no RL prompt fits --max-prompt-tokens {a.max_prompt_tokens}")
+    return model, tok, tasks, evals, sft_dir, name
+
+
+def frozen_llms(a):
+    """The simulator, the judge (an LLM client, or the offline facts judge), the RL judge (with
+    --judge-noise; evals keep the clean one) and the two clients (None when not set)."""
     sim_client = llm.client_from_args(a, "sim")
     sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
                     schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed,
@@ -603,39 +670,14 @@ def run(a, rank, tasks, evals, convs, got):
     judge_client = llm.client_from_args(a, "judge")
     judge = llm.LLMJudge(judge_client, prompt=a.judge_template, solved_prompt=a.solved_template) if judge_client \
         else rewards.FactsJudge()
-    rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals stay clean
+    rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge
+    return sim, judge, rl_judge, (sim_client, judge_client)
 
-    t_start = time.time()
-    model = shard(model, a.dtype)
-    if convs and not done_sft:
-        if a.resume:
-            rewind(dict.fromkeys(LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
-        with autocast(a.dtype, a.device):
-            warm_start(model, tok, convs, sft_config(a), sft_log)
-        save_final(model, tok, sft_dir, rank, info={"logs": sizes()})
-    ref = None
-    if a.kl_beta:  # the frozen SFT policy, kept in the compute dtype
-        ref = shard(load_policy(sft_dir if os.path.isdir(sft_dir) else name, a.dtype, a.device)[0], a.dtype).eval()
-        ref.requires_grad_(False)
 
-    def run_eval(label, step):
-        """eval.evaluate on the eval split (what `eval.py toucan --model <out>/final` reruns), rank r taking
-        prompts r, r + world, ...; the scores are put back in the split's order before the means."""
-        if not evals:
-            return None
-        with gathered(model.eval()), autocast(a.dtype, a.device):
-            scores, _ = evaluate(model, tok, evals[rank::world()], sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
-                                 a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input)
-        mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)
-        summary = summarize([s for _, s in sorted(gather(mine), key=lambda x: x[0])])
-        log({"label": label, "step": step, **summary}, "eval")
-        if main_rank:
-            print(format_table({label: summary["all"]}))
-        return summary["all"]
-
-    # RL state: fresh, or the newest checkpoint that reads back; the logs are cut back to that point
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
-    order = data_order(len(tasks), a.epochs, a.seed)
+def rl_state(a, model, opt, rank, logs, n_tasks, sft_dir):
+    """The RL state to start from: fresh, or (--resume) the newest checkpoint that reads back,
+    with the logs cut back to that point. Returns (first step, data order, the checkpoint found or None)."""
+    order = data_order(n_tasks, a.epochs, a.seed)
     random.seed(a.seed + 1)  # RL starts from the same RNG state whether SFT ran now or in an earlier process
     torch.manual_seed(a.seed + 1)
     start, found = 0, resume_point(a.out, model, vars(a), rank) if a.resume else None
@@ -644,67 +686,66 @@ def run(a, rank, tasks, evals, convs, got):
         load_state(model, opt, state["model"], state["optimizer"])
         set_rng_state(rng)
         start, order = state["step"], state["order"]
-        rewind(state.get("logs"))
-        if main_rank:
+        logs.rewind(state.get("logs"))
+        if rank == 0:
             print(f"resumed from {folder}: RL step {start}")
     elif a.resume:  # from the SFT result (its run.json holds the logs' lengths then), or from nothing
         info = os.path.join(sft_dir, "run.json")
-        rewind(read_json(info).get("logs") if os.path.isfile(info) else None if os.path.isdir(sft_dir)
-               else dict.fromkeys(LOGS, 0))
-    table = {"before RL": None if found else run_eval("before RL", 0)}
+        logs.rewind(read_json(info).get("logs") if os.path.isfile(info) else None if os.path.isdir(sft_dir)
+                    else dict.fromkeys(LOGS, 0))
+    return start, order, found
 
-    steps = len(order) // a.prompts_per_step if a.steps is None else a.steps
-    mine = rank_prompts(a.prompts_per_step, a.mini_batch, rank, world())
-    bad, saved = 0, start if found else None  # the step of the newest checkpoint this process knows is on disk
 
-    def halt(step):
-        """At a step boundary: when a stop signal came, checkpoint here (unless just done) and exit."""
-        sig = stop_signal(got)
-        if sig:
-            if saved != step:
-                save_checkpoint(model, opt, a.out, vars(a), a.keep, step, order, rank, sizes())
-            if main_rank:
-                print(f"stopped by {signal.Signals(sig).name} at RL step {step} of {steps} (a checkpoint is in "
-                      f"{os.path.join(a.out, 'ckpt', f'step-{step}')}); continue with --resume", flush=True)
-            raise SystemExit(128 + sig)
+def halt(a, got, main_rank, step=None, steps=None, checkpoint=None):
+    """At a boundary: when a stop signal came, exit with 128 + its number, after `checkpoint(step)`
+    (an RL step boundary not just saved); step None = during SFT, which --resume redoes."""
+    sig = stop_signal(got)
+    if not sig:
+        return
+    if checkpoint:
+        checkpoint(step)
+    if main_rank and step is None:
+        print(f"stopped by {signal.Signals(sig).name} during SFT; --resume redoes SFT from its start", flush=True)
+    elif main_rank:
+        print(f"stopped by {signal.Signals(sig).name} at RL step {step} of {steps} (a checkpoint is in "
+              f"{os.path.join(a.out, 'ckpt', f'step-{step}')}); continue with --resume", flush=True)
+    raise SystemExit(128 + sig)
 
-    for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
-        halt(step)
-        pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
-        with autocast(a.dtype, a.device), llm.window(a.step_deadline, sim_client, judge_client):  # a dead endpoint stalls one step at most
-            m, rs, scores, turn_r, (at, asum), bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
-                                                     pos, sim, rl_judge, a, step, bad)
-        m["elapsed"] = time.time() - t_start
-        log(m)
-        rows = [{"step": step, "group": r.group, "question": r.task.question, "turns": r.turns, "stop": r.stop,
-                 **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum", "redundant") if k in s},
-                 "r_turn": turn_r[i], "adv_tool": float(at[i]), "adv_sum": float(asum[i])}
-                for i, (r, s) in enumerate(zip(rs, scores))]
-        for row in gather(rows):
-            log(row, "rollouts")
-        if main_rank:
-            tqdm.write(f"step {step}: score {m['score']:.3f} process {m['process']:.3f} summary {m['summary']:.3f} "
-                       f"tool_turns {m['tool_turns']:.2f} kl {m['kl']:.4f} clip {m['clip_frac']:.3f} "
-                       f"conflict {m['sign_conflict']:.2f}")
-            for r, s in list(zip(rs, scores))[:: max(1, len(rs) // max(1, a.show))][:a.show]:
-                tqdm.write(f"  [{s['score']:+.2f} tool {s['r_tool']:.2f} sum {s['r_sum']:.2f} {r.stop}] "
-                           f"{r.task.question[:80]!r}\n    -> {r.text[-300:]!r}")
-        if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
-            run_eval(f"step {step + 1}", step + 1)
-        if a.save_every and (step + 1) % a.save_every == 0 and step + 1 < steps:
-            save_checkpoint(model, opt, a.out, vars(a), a.keep, step + 1, order, rank, sizes())
-            saved = step + 1
-    halt(steps)
 
-    if steps:  # also when a stop came after the last step: the resumed run has no step left but this
-        table["after RL"] = run_eval("after RL", steps)
-    save_final(model, tok, final, rank, info={"rl_steps": steps, "logs": sizes()})
+def run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step):
+    """eval.evaluate on the eval split (what `eval.py toucan --model <out>/final` reruns), rank r taking
+    prompts r, r + world, ...; the scores are put back in the split's order before the means.
+    Logs and prints the row; returns its "all" means (None with no eval split)."""
+    if not evals:
+        return None
+    with gathered(model.eval()), autocast(a.dtype, a.device):
+        scores, _ = evaluate(model, tok, evals[rank::world()], sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
+                             a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input)
+    mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)
+    summary = summarize([s for _, s in sorted(gather(mine), key=lambda x: x[0])])
+    logs.write({"label": label, "step": step, **summary}, "eval")
+    if rank == 0:
+        print(format_table({label: summary["all"]}))
+    return summary["all"]
+
+
+def log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, show):
+    """Log the step's metrics and every rollout (gathered from all ranks), print a line and `show` rollouts."""
+    logs.write(m)
+    at, asum = advs
+    rows = [{"step": step, "group": r.group, "question": r.task.question, "turns": r.turns, "stop": r.stop,
+             **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum", "redundant") if k in s},
+             "r_turn": turn_r[i], "adv_tool": float(at[i]), "adv_sum": float(asum[i])}
+            for i, (r, s) in enumerate(zip(rs, scores))]
+    for row in gather(rows):
+        logs.write(row, "rollouts")
     if main_rank:
-        if all(table.values()):
-            print(format_table(table))
-        print(f"done in {time.time() - t_start:.0f}s; checkpoint in {final}")
-    for f in files.values():
-        f.close()
+        tqdm.write(f"step {step}: score {m['score']:.3f} process {m['process']:.3f} summary {m['summary']:.3f} "
+                   f"tool_turns {m['tool_turns']:.2f} kl {m['kl']:.4f} clip {m['clip_frac']:.3f} "
+                   f"conflict {m['sign_conflict']:.2f}")
+        for r, s in list(zip(rs, scores))[:: max(1, len(rs) // max(1, show))][:show]:
+            tqdm.write(f"  [{s['score']:+.2f} tool {s['r_tool']:.2f} sum {s['r_sum']:.2f} {r.stop}] "
+                       f"{r.task.question[:80]!r}\n    -> {r.text[-300:]!r}")
 
 
 if __name__ == "__main__":
