@@ -69,12 +69,9 @@ Log-probs (lib/logprobs.py) are computed on response tokens only, in chunks, and
 of a prompt compute it once in every log-prob pass.
 """
 import argparse
-import json
 import math
 import os
 import random
-import shutil
-import signal
 import sys
 import time
 
@@ -82,7 +79,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from lib import llm
+from lib import llm, tiny
 import rewards
 from rewards import score_rollouts
 from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, turn_stats
@@ -91,9 +88,9 @@ from eval import evaluate, format_table, summarize
 from lib.model import load_policy
 from lib.files import Logs
 from lib.optim import optimizer_step
-from lib.parallel import (LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, deterministic, gather,
-                          gathered, load_state, lock, rank_prompts, read_json, resume_point, save_checkpoint,
-                          save_final, set_rng_state, setup_dist, shard, stop_requests, stop_signal, world, writing)
+from lib.parallel import (all_sum, autocast, barrier, check_folder, deterministic, gather, gathered, load_state, lock,
+                          open_run, rank_prompts, read_json, resume_point, save_checkpoint, save_final, set_rng_state,
+                          setup_dist, shard, stop_if_asked, stop_requests, world, writing)
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
 from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, collate, prompt_ids, rollout
@@ -155,7 +152,7 @@ def get_args(argv=None):
     g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="gradient checkpointing")
     g.add_argument("--device", default=None, help="default: cuda (this rank's GPU) if available, else cpu")
-    g.add_argument("--tiny-size", type=int, nargs=3, default=[128, 2, 4], metavar=("HIDDEN", "LAYERS", "HEADS"),
+    g.add_argument("--tiny-size", type=int, nargs=3, default=list(tiny.SIZE), metavar=("HIDDEN", "LAYERS", "HEADS"),
                    help="shape of the demo model built when no --model is given")
     g = p.add_argument_group("data")
     g.add_argument("--data", default=None, help="RL prompts (.jsonl or .parquet); with --model and no data flags: "
@@ -546,7 +543,7 @@ def run(a, rank, tasks, evals, convs, got):
     """The run in --out, which this process holds: start, continue or report it finished. `got`
     collects the stop signals (SIGTERM, SIGINT) that arrive meanwhile."""
     main_rank, final = rank == 0, os.path.join(a.out, "final")
-    if not open_folder(a, main_rank):
+    if not open_run(a.out, vars(a), a.resume, a.overwrite, main_rank):
         return
     logs = Logs(a.out, LOGS, main_rank)
     model, tok, tasks, evals, sft_dir, name = load_model(a, rank, tasks, evals, convs)
@@ -557,7 +554,7 @@ def run(a, rank, tasks, evals, convs, got):
         if a.resume:
             logs.rewind(dict.fromkeys(LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
         with autocast(a.dtype, a.device):
-            warm_start(model, tok, convs, sft_config(a), lambda row: (logs.write(row), halt(a, got, main_rank)))
+            warm_start(model, tok, convs, sft_config(a), lambda row: (logs.write(row), stop_if_asked(got, main_rank)))
         save_final(model, tok, sft_dir, rank, info={"logs": logs.sizes()})
     ref = None
     if a.kl_beta:  # the frozen SFT policy, kept in the compute dtype
@@ -574,7 +571,7 @@ def run(a, rank, tasks, evals, convs, got):
     bad, saved = 0, start if found else None  # the step of the newest checkpoint this process knows is on disk
     checkpoint = lambda step: save_checkpoint(model, opt, a.out, vars(a), a.keep, step, order, rank, logs.sizes())  # noqa: E731
     for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
-        halt(a, got, main_rank, step, steps, None if saved == step else checkpoint)
+        stop_if_asked(got, main_rank, a.out, step, steps, None if saved == step else checkpoint)
         pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
         with autocast(a.dtype, a.device), llm.window(a.step_deadline, *clients):  # a dead endpoint stalls one step at most
             m, rs, scores, turn_r, advs, bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
@@ -586,7 +583,7 @@ def run(a, rank, tasks, evals, convs, got):
         if a.save_every and (step + 1) % a.save_every == 0 and step + 1 < steps:
             checkpoint(step + 1)
             saved = step + 1
-    halt(a, got, main_rank, steps, steps, None if saved == steps else checkpoint)
+    stop_if_asked(got, main_rank, a.out, steps, steps, None if saved == steps else checkpoint)
 
     if steps:  # also when a stop came after the last step: the resumed run has no step left but this
         table["after RL"] = eval_row("after RL", steps)
@@ -598,41 +595,6 @@ def run(a, rank, tasks, evals, convs, got):
     logs.close()
 
 
-def open_folder(a, main_rank):
-    """Start the run in --out (after --overwrite cleared it; an earlier run needs --resume or
-    --overwrite) or check the one --resume continues, and print the config. False when the run
-    is finished (final/ exists): nothing to do."""
-    final = os.path.join(a.out, "final")
-    # rank 0's view, before it writes anything: another rank listing later would see its config.json
-    earlier = gather([main_rank and any(n != LOCK for n in os.listdir(a.out))])[0]
-    if a.resume:
-        check_resume(a.out, vars(a))
-        if os.path.isdir(final):
-            if main_rank:
-                try:
-                    n = read_json(os.path.join(final, "run.json")).get("rl_steps", "?")
-                except Unusable:
-                    n = "?"
-                print(f"run in {a.out} already finished ({n} RL steps, model in {final}); nothing to do")
-            return False
-    elif not a.overwrite and earlier:
-        raise SystemExit(f"--out {a.out} holds an earlier run: pass --resume to continue it or --overwrite to replace it")
-    elif main_rank:
-        with writing(a.out):
-            for n in sorted(set(os.listdir(a.out)) - {LOCK}) if a.overwrite else []:  # not the lock this process holds
-                p = os.path.join(a.out, n)
-                if os.path.isdir(p) and not os.path.islink(p):
-                    shutil.rmtree(p)
-                else:
-                    os.remove(p)
-            with open(os.path.join(a.out, "config.json"), "w") as f:
-                json.dump(vars(a), f, indent=1)
-    barrier()
-    if main_rank:
-        print(json.dumps(vars(a), indent=1))
-    return True
-
-
 def load_model(a, rank, tasks, evals, convs):
     """The policy in float32 (see lib/parallel.autocast): this run's SFT result when there is
     one, else --model, or the tiny demo built once into <out>/base. Prompts over
@@ -640,7 +602,6 @@ def load_model(a, rank, tasks, evals, convs):
     sft_dir, base_dir = os.path.join(a.out, "sft"), os.path.join(a.out, "base")
     name = sft_dir if os.path.isdir(sft_dir) else a.model
     if name is None:
-        from lib import tiny
         if not os.path.isdir(base_dir):
             if rank == 0:
                 with writing(base_dir, base_dir + ".tmp"):
@@ -694,22 +655,6 @@ def rl_state(a, model, opt, rank, logs, n_tasks, sft_dir):
         logs.rewind(read_json(info).get("logs") if os.path.isfile(info) else None if os.path.isdir(sft_dir)
                     else dict.fromkeys(LOGS, 0))
     return start, order, found
-
-
-def halt(a, got, main_rank, step=None, steps=None, checkpoint=None):
-    """At a boundary: when a stop signal came, exit with 128 + its number, after `checkpoint(step)`
-    (an RL step boundary not just saved); step None = during SFT, which --resume redoes."""
-    sig = stop_signal(got)
-    if not sig:
-        return
-    if checkpoint:
-        checkpoint(step)
-    if main_rank and step is None:
-        print(f"stopped by {signal.Signals(sig).name} during SFT; --resume redoes SFT from its start", flush=True)
-    elif main_rank:
-        print(f"stopped by {signal.Signals(sig).name} at RL step {step} of {steps} (a checkpoint is in "
-              f"{os.path.join(a.out, 'ckpt', f'step-{step}')}); continue with --resume", flush=True)
-    raise SystemExit(128 + sig)
 
 
 def run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step):

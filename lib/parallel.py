@@ -19,8 +19,9 @@ turns on torch's deterministic algorithms on CPU, so a one-thread run repeats bi
 Run folder: `lock` lets one run at a time use an --out (an flock the kernel drops when the
 process dies). `writing` turns a failed write (read-only folder, full disk) into one line naming
 the path, removing the half-written temporary folder; nothing written earlier is touched.
-`stop_requests` turns SIGTERM and SIGINT into a request that the run stops at its next step
-boundary (`stop_signal`, agreed over ranks).
+`open_run` starts a run in its folder, or checks the one --resume continues. `stop_requests`
+turns SIGTERM and SIGINT into a request that the run stops at its next step boundary
+(`stop_if_asked`, agreed over ranks, checkpoints there and exits with 128 + the signal).
 
 Checkpoints: ckpt/step-N/ is written to ckpt/.tmp-step-N and renamed, so a folder that
 exists is complete; it holds the whole model and optimizer state (gathered to rank 0), every
@@ -273,6 +274,59 @@ def stop_requests():
 def stop_signal(got):
     """The stop signal that any rank got, else 0; every rank calls this at the same boundary."""
     return max(gather([got[0] if got else 0]))
+
+
+def stop_if_asked(got, main_rank, out=None, step=None, steps=None, checkpoint=None):
+    """At a boundary: when a stop signal came (stop_signal), exit with 128 + its number, after
+    `checkpoint(step)` when given (an RL step boundary that is not on disk yet). step None:
+    during SFT, which --resume redoes."""
+    sig = stop_signal(got)
+    if not sig:
+        return
+    if checkpoint:
+        checkpoint(step)
+    if main_rank and step is None:
+        print(f"stopped by {signal.Signals(sig).name} during SFT; --resume redoes SFT from its start", flush=True)
+    elif main_rank:
+        print(f"stopped by {signal.Signals(sig).name} at RL step {step} of {steps} (a checkpoint is in "
+              f"{os.path.join(out, 'ckpt', f'step-{step}')}); continue with --resume", flush=True)
+    raise SystemExit(128 + sig)
+
+
+def open_run(out, config, resume, overwrite, main_rank):
+    """Start the run in `out` (which this process holds: `lock`) or check the one `resume`
+    continues, and print `config` (the run's flags, a dict). A fresh run writes config.json;
+    an earlier run's files need `resume` or `overwrite` (which removes them, not the lock).
+    False when the resumed run is finished (final/ exists): nothing to do."""
+    final = os.path.join(out, "final")
+    # rank 0's view, before it writes anything: another rank listing later would see its config.json
+    earlier = gather([main_rank and any(n != LOCK for n in os.listdir(out))])[0]
+    if resume:
+        check_resume(out, config)
+        if os.path.isdir(final):
+            if main_rank:
+                try:
+                    n = read_json(os.path.join(final, "run.json")).get("rl_steps", "?")
+                except Unusable:
+                    n = "?"
+                print(f"run in {out} already finished ({n} RL steps, model in {final}); nothing to do")
+            return False
+    elif not overwrite and earlier:
+        raise SystemExit(f"--out {out} holds an earlier run: pass --resume to continue it or --overwrite to replace it")
+    elif main_rank:
+        with writing(out):
+            for n in sorted(set(os.listdir(out)) - {LOCK}) if overwrite else []:  # not the lock this process holds
+                p = os.path.join(out, n)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p)
+                else:
+                    os.remove(p)
+            with open(os.path.join(out, "config.json"), "w") as f:
+                json.dump(config, f, indent=1)
+    barrier()
+    if main_rank:
+        print(json.dumps(config, indent=1))
+    return True
 
 
 CKPT_RE = re.compile(r"step-(\d+)$")
