@@ -83,6 +83,7 @@ from lib.data import normalize_gold
 
 WEIGHTS = {"format": 0.10, "name": 0.25, "key": 0.15, "value": 0.20, "parallel": 0.30}  # docs/method.md §2.1
 OMISSION_SCORE = -0.5      # docs/method.md §2.3: gold has calls, the response makes none
+LAM = 1.0                  # λ_tool = λ_sum of Eq. 4 (train.py's --lam-tool, --lam-sum; Eq. 8 applies the same)
 MIN_SUMMARY_CHARS = 10     # docs/method.md §2.2: shorter final responses score 0
 MAX_JUDGE_CHARS = 32_768   # per judged text: 8,192 response tokens (docs/method.md §6) at ~4 characters each
 BOOLS = {"true": True, "false": False, "1": True, "0": False}  # docs/method.md §2.1 loose_equal
@@ -289,7 +290,7 @@ def _bounded(texts):
 
 
 def score(response_text, final_response, tool_responses, task, judge,
-          weights=None, lam_tool=1.0, lam_sum=1.0, strict=False, succ_judge=False):
+          weights=None, lam_tool=LAM, lam_sum=LAM, strict=False, succ_judge=False):
     """Everything one trajectory gets: the parts, S_sum, score (Eq. 4), R_tool, R_sum (Eq. 5),
     judge_failed, and ToolPO's r_action and r_succ.
 
@@ -334,16 +335,17 @@ def _solved(final_response, question, tool_responses, judge, s):
         return 0.0
 
 
-def score_rollouts(rs, judge, weights=None, lam_tool=1.0, lam_sum=1.0, workers=16, strict=False, succ_judge=False,
-                   gate="real", tok=None, reward_input="policy"):
-    """HierR for each rollout (rewards.score; `strict` and `succ_judge` as there), plus what
-    the logs need from the rollout. The summary gate: "real" judges the rollout's final turn
-    on its real tool responses; "release" judges release_final on every
-    <tool_response> block (release_responses) of its response ids decoded by `tok` as
-    the release decodes them (special tokens skipped). The process score reads the policy's
-    own text (reward_input "policy") or, as the release does, that decoded trajectory, tool
-    turns included ("decoded": a <tool_call> or <think> inside a tool response counts as the
-    policy's). Scored on `workers` threads, so a remote judge answers them concurrently.
+def score_rollouts(rs, judge, weights=None, lam_tool=LAM, lam_sum=LAM, workers=16, strict=False, succ_judge=False,
+                   gate=GATES[0], tok=None, reward_input=INPUTS[0]):
+    """The training reward of a batch of rollouts (rollout.Rollout): HierR for each (`score`;
+    `strict` and `succ_judge` as there), plus what the logs need from the rollout. The summary
+    gate: "real" judges the rollout's final turn on its real tool responses; "release" judges
+    release_final on every <tool_response> block (release_responses) of its response ids
+    decoded by `tok` as the release decodes them (special tokens skipped). The process score
+    reads the policy's own text (reward_input "policy") or, as the release does, that decoded
+    trajectory, tool turns included ("decoded": a <tool_call> or <think> inside a tool response
+    counts as the policy's). Scored on `workers` threads, so a remote judge answers them
+    concurrently.
     score_norm is the released code's normalised score (success_code@t)."""
     if gate not in GATES or (gate == "release" and tok is None):
         raise ValueError(f"gate must be one of {GATES} (release needs tok), not {gate!r}")

@@ -24,11 +24,10 @@ advantage Â^tool (0 when there is none); rollouts.jsonl holds each rollout's tu
 With no --model the run builds the embedded default: a tokenizer trained on the shipped tool
 world and a tiny random Qwen2 (lib/tiny.py), then runs SFT, SLCA-GRPO and a before/after eval,
 with settings sized for a 2-core CPU. Naming a --model switches every default to the paper's
-recipe (bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, one RL epoch, SFT
-without weight decay, the release's loss aggregation, turn caps and schema check) and, without
-data flags, to the release's data splits (fetched from the Hugging Face hub by
-data.release_files). Flags always win over the preset; the resolved config is printed and
-saved whole.
+recipe (PRESETS: bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, one RL epoch,
+SFT without weight decay, the release's loss aggregation, turn caps and schema check) and, without
+data flags, to the release's data splits (fetched from the Hugging Face hub by lib.data.release_files). Flags always win over the preset; the resolved config is printed and
+saved whole (config.json).
 
 Safety (the policy is an adversary): a rollout whose tool call or judge failed at the transport
 level is dropped from the loss (--keep-failed trains on it, as the release does) and counted,
@@ -145,6 +144,9 @@ def num(text):
 
 
 def get_args(argv=None):
+    """The flag table: the run's whole config, one flat list grouped under headers (model, data, SFT,
+    RL, loss, rewards and advantages, simulator and judge, run), each default taken from the module
+    that owns it or from PRESETS; then check_args. Long because it is the table, one flag a line."""
     p = argparse.ArgumentParser(description="SLCA-GRPO training", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None, help="hub name, local folder or .gguf file (dequantized once into "
@@ -207,8 +209,8 @@ def get_args(argv=None):
     g.add_argument("--clip-c", type=num, default=CLIP_C, help="dual-clip constant")
     g.add_argument("--kl-beta", type=num, default=KL_BETA, help="0 drops the reference model")
     g = p.add_argument_group("rewards and advantages (docs/method.md §2-3)")
-    g.add_argument("--lam-tool", type=num, default=1.0)
-    g.add_argument("--lam-sum", type=num, default=1.0)
+    g.add_argument("--lam-tool", type=num, default=rewards.LAM, help="λ_tool of Eqs. 4 and 8")
+    g.add_argument("--lam-sum", type=num, default=rewards.LAM, help="λ_sum of Eqs. 4 and 8")
     g.add_argument("--hierr-weights", type=num, nargs=5, default=list(rewards.WEIGHTS.values()),
                    metavar=("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"), help="Eq. 2's; 0 0 0 0 0 = 'w/o HierR'")
     g.add_argument("--strict-calls", action="store_true",
