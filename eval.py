@@ -72,7 +72,6 @@ from tqdm import tqdm
 
 from lib import llm
 import rewards
-from rewards import score_rollouts
 from lib.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
 from lib.model import load_policy
 from lib.parallel import autocast
@@ -174,13 +173,13 @@ def evaluate(model, tok, tasks, simulator, judge, batch_size=64, max_turns=MAX_T
              reward_input=rewards.INPUTS[0]):
     """The Toucan evaluation, the one that train.py's before/after-RL rows and `eval.py toucan`
     both run: greedy rollouts on `tasks` (`batch_size` per generate call; caps as rollout.py's,
-    `max_tool_rounds` 0 = no cap), scored by score_rollouts with the default HierR weights and
+    `max_tool_rounds` 0 = no cap), scored by rewards.score_rollouts with the default HierR weights and
     λ_tool = λ_sum = 1 whatever the training used (`strict`, `gate`, `reward_input` as there). Returns
     (per-task scores, rollouts); summarize(scores) is the table. The caller picks the task set
     (data.drop_long for the long-prompt filter) and the compute dtype (parallel.autocast)."""
     rs = rollout(model, tok, tasks, simulator, temperature=0.0, max_turns=max_turns, max_tokens=max_tokens,
                  batch_size=batch_size, max_tool_rounds=max_tool_rounds or None)
-    return score_rollouts(rs, judge, strict=strict, gate=gate, tok=tok, reward_input=reward_input), rs
+    return rewards.score_rollouts(rs, judge, strict=strict, gate=gate, tok=tok, reward_input=reward_input), rs
 
 
 def run_toucan(model, tok, tasks, simulator, judge, out_jsonl=None, fingerprint=None, batch_size=64, **settings):

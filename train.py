@@ -78,24 +78,24 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from lib import llm, tiny
 import rewards
 from rewards import score_rollouts
 from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, turn_stats
-from lib.data import MAX_PROMPT_TOKENS, TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
+from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
+from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, collate, prompt_ids, rollout
+from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
 from eval import evaluate, format_table, summarize
-from lib.model import load_policy
+from lib import llm, tiny
+from lib.data import MAX_PROMPT_TOKENS, TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
 from lib.files import Logs
+from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
+from lib.model import load_policy
 from lib.optim import optimizer_step
 from lib.parallel import (all_sum, autocast, barrier, check_folder, deterministic, gather, gathered, load_state, lock,
                           open_run, rank_prompts, read_json, resume_point, save_checkpoint, save_final, set_rng_state,
                           setup_dist, shard, stop_if_asked, stop_requests, world, writing)
-from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
-from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
-from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, collate, prompt_ids, rollout
-from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth, take_unencodable
 from lib.sft import SFTConfig, warm_start
-from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
+from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth, take_unencodable
 
 # ---------------------------------------------------------------------------------------------
 # The config is the flag table below (get_args), grouped under headers; the resolved flags are printed and saved
