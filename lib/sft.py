@@ -87,7 +87,7 @@ class SFTConfig:
     grad_clip: float       # gradient norm clip
     max_bad_updates: int   # non-finite updates in a row before stopping
     seed: int = 0          # the shuffle's seed
-    device: str = None     # where the batches go (None: torch's default)
+    device: str | None = None  # where the batches go (None: torch's default)
 
 
 def warm_start(model, tok, convs, cfg, log):
