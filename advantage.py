@@ -59,12 +59,22 @@ plan even when an earlier turn was split or repeated. ω = 0 is SLCA exactly (`r
 Simplification: GRPO uses the same fewer-than-two rule (a lone rollout gets 0); verl instead
 gives a group of one mean 0 and std 1 (`stats="release"`). The two agree for every G >= 2.
 
+Per-token advantages of each `--algo` (`token_advantages`, what train.py trains on): slca routes
+Eq. 7's segment advantages by Eq. 8 (Eq. 14 with ω > 0); grpo gives Eq. 6's one advantage to every
+response token; toolpo gives A^succ to every response token and A^action also to the tool tokens
+(Eq. 13). `turn_stats` and `seg_stats` are the training logs' sums over these advantages.
+
 Everything is vectorised over the batch with integer group ids (any values, any order);
 tests/test_advantage.py holds the plain-loop reference.
+
+    python -m pytest -q tests/test_advantage.py
 """
 import torch
 
+from segment import run_index
+
 EPS = 1e-6  # docs/method.md §3: ε of the released code
+ALGOS = ("slca", "grpo", "toolpo")  # train.py --algo: SLCA (Eqs. 7-8, 14), GRPO (Eq. 6, "w/o SLCA"), ToolPO (Eq. 13)
 STATS = ("exact", "release")  # group statistics: float64, equal values give 0; or float32 as the release computes them
 
 
@@ -179,3 +189,75 @@ def route(adv_tool, adv_sum, tool_mask, summary_mask):
     whatever a row's advantage holds (where, not a product: NaN·0 = NaN)."""
     return (torch.where(tool_mask.bool(), adv_tool[:, None], 0.0)
             + torch.where(summary_mask.bool(), adv_sum[:, None], 0.0))  # (B, T)
+
+
+# ---------------------------------------------------------------------------------------------
+# the per-token advantage of each --algo (what train.py trains on), and its logged diagnostics
+def turn_table(turn_r, response_mask):
+    """Per-turn rewards as (B, K) with their presence (B, K) bool, K the most tool turns of a row.
+    turn_r: per rollout, its tool turns' rewards (rewards.turn_rewards of every turn but the
+    last). Turn k of row i is present when the row's loss mask holds one run per turn, its tool
+    turns and the summary (Eq. 1); a row whose mask holds another number of runs (a dropped
+    rollout, whose mask is all 0, or a turn that sampled no token) has no turn present, since
+    its runs cannot be matched to its turns."""
+    B, K = len(turn_r), max(map(len, turn_r), default=0)
+    r, present = torch.zeros(B, K), torch.zeros(B, K, dtype=torch.bool)              # (B, K)
+    runs = (run_index(response_mask).amax(1) + 1).tolist()                           # (B,) runs in the mask
+    for i, x in enumerate(turn_r):
+        if x and runs[i] == len(x) + 1:
+            r[i, :len(x)], present[i, :len(x)] = torch.tensor(x), True
+    return r, present
+
+
+def token_advantages(algo, scores, turn_r, response_mask, tool_mask, summary_mask, keep, group_ids,
+                     lam_tool=1.0, lam_sum=1.0, omega=TURN_CREDIT, norm_by_std=True, toolpo_norm_by_std=False,
+                     stats=STATS[0]):
+    """The per-token advantages A (B, L) that `algo` trains on (one of ALGOS), on the masks' device.
+
+    scores: per rollout, a dict with r_tool, r_sum, score, r_succ, r_action (rewards.score);
+    turn_r: per rollout, its tool turns' rewards (see turn_table); the masks (B, L) as
+    rollout.collate makes them, 0 on dropped rows; keep (B,) bool, the rollouts that enter the
+    group statistics (the others get 0); group_ids (B,) int. omega is Eq. 14's ω (slca only);
+    toolpo_norm_by_std is Eq. 13's std division (norm_by_std is the others').
+
+    Returns (A, tool_present, summary_present, adv_tool, adv_sum, adv_turn): the presence (B,)
+    bool of each segment, the SLCA advantages (B,) each and Â_{i,k} (B, K), computed for every
+    algorithm, for the logs."""
+    col = lambda k: torch.tensor([s[k] for s in scores], dtype=torch.float32)  # noqa: E731  (B,)
+    tp = tool_mask.bool().any(1).cpu() & keep                                           # (B,)
+    sp = summary_mask.bool().any(1).cpu() & keep
+    adv_tool, adv_sum = slca_advantages(col("r_tool"), col("r_sum"), tp, sp, group_ids, lam_tool=lam_tool,
+                                        lam_sum=lam_sum, norm_by_std=norm_by_std, stats=stats)  # (B,) each
+    adv_turn = turn_advantages(*turn_table(turn_r, response_mask.cpu()), group_ids,
+                               norm_by_std=norm_by_std)                                 # (B, K)
+    dev = lambda x: x.to(tool_mask.device)  # noqa: E731
+    if algo == "slca":                                                                  # Eqs. 8, 14
+        A = route_turns(dev(adv_tool), dev(adv_sum), dev(adv_turn), run_index(response_mask),
+                        tool_mask, summary_mask, omega, lam_tool)
+    elif algo == "grpo":                                                                # Eq. 6
+        adv = grpo_advantages(col("score"), group_ids, norm_by_std=norm_by_std, present=keep, stats=stats)  # (B,)
+        A = route(dev(adv), dev(adv), tool_mask, summary_mask)
+    elif algo == "toolpo":                                                              # Eq. 13
+        a_succ, a_action = toolpo_advantages(col("r_succ"), col("r_action"), keep, tp, group_ids,
+                                             norm_by_std=toolpo_norm_by_std, stats=stats)
+        A = route(dev(a_succ + a_action), dev(a_succ), tool_mask, summary_mask)
+    else:
+        raise ValueError(f"algo must be one of {ALGOS}, not {algo!r}")
+    return A, tp, sp, adv_tool, adv_sum, adv_turn                                      # (B, L), (B,) ..., (B, K)
+
+
+def turn_stats(adv_turn, adv_tool):
+    """Sums for the per-turn sign-conflict rate: the tool turns with a nonzero Â_{i,k} (only a
+    present turn in a group of two or more with unequal rewards has one), and those of them
+    whose sign is opposite to their rollout's segment advantage Â_i^tool."""
+    live = adv_turn != 0                                                               # (B, K)
+    return {"turn_n": float(live.sum()), "turn_conflict": float((live & (adv_turn * adv_tool[:, None] < 0)).sum())}
+
+
+def seg_stats(adv, present, gids, name):
+    """Sums for the mean and std of a segment's advantages over present rollouts, and the
+    groups whose advantages are all zero for that segment (no learning signal)."""
+    x = adv[present].double()
+    zero = [bool((adv[gids == g] == 0).all()) for g in gids.unique()]
+    return {f"adv_{name}_n": float(x.numel()), f"adv_{name}_sum": float(x.sum()), f"adv_{name}_sq": float((x * x).sum()),
+            f"adv_{name}_zero": float(sum(zero)), f"adv_{name}_groups": float(len(zero))}

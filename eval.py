@@ -66,7 +66,6 @@ import json
 import os
 import statistics
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tqdm import tqdm
@@ -135,43 +134,6 @@ def resume(path, fingerprint=None):
 
 # ---------------------------------------------------------------------------------------------
 # toucan
-def score_rollouts(rs, judge, weights=None, lam_tool=1.0, lam_sum=1.0, workers=16, strict=False, succ_judge=False,
-                   gate="real", tok=None, reward_input="policy"):
-    """HierR for each rollout (rewards.score; `strict` and `succ_judge` as there), plus what
-    the logs need from the rollout. The summary gate: "real" judges the rollout's final turn
-    on its real tool responses; "release" judges rewards.release_final on every
-    <tool_response> block (rewards.release_responses) of its response ids decoded by `tok` as
-    the release decodes them (special tokens skipped). The process score reads the policy's
-    own text (reward_input "policy") or, as the release does, that decoded trajectory, tool
-    turns included ("decoded": a <tool_call> or <think> inside a tool response counts as the
-    policy's). Scored on `workers` threads, so a remote judge answers them concurrently.
-    score_norm is the released code's normalised score (success_code@t)."""
-    if gate not in rewards.GATES or (gate == "release" and tok is None):
-        raise ValueError(f"gate must be one of {rewards.GATES} (release needs tok), not {gate!r}")
-    if reward_input not in rewards.INPUTS or (reward_input == "decoded" and tok is None):
-        raise ValueError(f"reward_input must be one of {rewards.INPUTS} (decoded needs tok), not {reward_input!r}")
-
-    def one(r):
-        decoded = tok.decode(r.ids, skip_special_tokens=True) if gate == "release" or reward_input == "decoded" else ""
-        if gate == "real":
-            final, responses = r.final, r.responses
-        else:
-            final, responses = rewards.release_final(decoded), rewards.release_responses(decoded)
-        text = r.text if reward_input == "policy" else decoded
-        s = rewards.score(text, final, tool_responses=responses, task=r.task, judge=judge,
-                          weights=weights, lam_tool=lam_tool, lam_sum=lam_sum, strict=strict, succ_judge=succ_judge)
-        s.update(score_norm=max(0.0, s["score"]) / (lam_tool + lam_sum) if lam_tool + lam_sum > 0 else 0.0,
-                 tool_turns=r.tool_turns, stop=r.stop, length=len(r.ids), sim_failed=r.failed,
-                 parallel_type=r.task.parallel_type or "unknown")
-        if r.task.bonus:  # the diagnostic world: did the policy make the marked call the gold does not ask for?
-            blocks, _ = rewards.predicted_calls(r.text, r.task.allowed_tools)
-            s["redundant"] = float(any(c.name == r.task.bonus for calls in blocks for c in calls))
-        return s
-
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(one, rs))
-
-
 def reached(x, t):
     """x >= t, with the released code's tolerance at t = 1.0."""
     return x >= min(t, 1 - 1e-9)
@@ -211,13 +173,13 @@ def evaluate(model, tok, tasks, simulator, judge, batch_size=64, max_turns=MAX_T
              reward_input=rewards.INPUTS[0], sampler=SAMPLERS[0]):
     """The Toucan evaluation, the one that train.py's before/after-RL rows and `eval.py toucan`
     both run: greedy rollouts on `tasks` (`batch_size` at a time by `sampler`; caps as rollout.py's,
-    `max_tool_rounds` 0 = no cap), scored by score_rollouts with the default HierR weights and
+    `max_tool_rounds` 0 = no cap), scored by rewards.score_rollouts with the default HierR weights and
     λ_tool = λ_sum = 1 whatever the training used (`strict`, `gate`, `reward_input` as there). Returns
     (per-task scores, rollouts); summarize(scores) is the table. The caller picks the task set
     (data.drop_long for the long-prompt filter) and the compute dtype (parallel.autocast)."""
     rs = rollout(model, tok, tasks, simulator, temperature=0.0, max_turns=max_turns, max_tokens=max_tokens,
                  batch_size=batch_size, max_tool_rounds=max_tool_rounds or None, sampler=sampler)
-    return score_rollouts(rs, judge, strict=strict, gate=gate, tok=tok, reward_input=reward_input), rs
+    return rewards.score_rollouts(rs, judge, strict=strict, gate=gate, tok=tok, reward_input=reward_input), rs
 
 
 def run_toucan(model, tok, tasks, simulator, judge, out_jsonl=None, fingerprint=None, batch_size=64, **settings):
@@ -449,7 +411,7 @@ def main(argv=None):
                     parse=a.sim_parse, prompt=a.sim_template)
     judge_client = llm.client_from_args(a, "judge")
     judge = llm.LLMJudge(judge_client, prompt=a.judge_template) if judge_client else rewards.FactsJudge()
-    with autocast(a):
+    with autocast(a.dtype, a.device):
         summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.out, fp, a.batch_size,
                                 max_turns=a.max_turns, max_tokens=a.max_tokens, max_tool_rounds=a.max_tool_rounds,
                                 strict=a.strict_calls, gate=a.summary_gate, reward_input=a.reward_input,

@@ -39,8 +39,17 @@ gradients inside its own backward.
 The loss is the same for GRPO, SLCA and ToolPO: only the advantage tensor A differs. The
 statistics use the same weights as the loss, so they also add up over micro-batches.
 Mirrors verl's compute_policy_loss_vanilla, agg_loss and kl_penalty("low_var_kl").
+
+`normaliser` computes N for a mini-batch (summed over ranks under torchrun); `grad_cosine` is the
+paper's diagnostic, the cosine between the gradients of the tool and the summary tokens.
+
+    python -m pytest -q tests/test_loss.py
 """
+import math
+
 import torch
+
+from lib.parallel import all_sum
 
 CLIP_EPS = 0.2     # docs/method.md §4 / paper: PPO clip range
 CLIP_C = 3.0       # docs/method.md §4: dual-clip constant
@@ -93,3 +102,30 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, norm,
              "dual_clip_frac": share((advantages < 0) & (clipped > pg3)),
              "approx_kl": share(-log_ratio), "ratio": share(ratio)}
     return aggregate(total), stats
+
+
+def normaliser(mask, agg):
+    """Eq. 12's N of one mini-batch, summed over ranks: mask (b, L) holds the mini-batch's rows
+    on this rank. token-mean: its masked tokens; seq-mean-token-mean: its rollouts with at least
+    one masked token (a rollout dropped from the loss, whose mask is all 0, does not count). At
+    least 1."""
+    local = float(mask.sum()) if agg == "token-mean" else float((mask.sum(1) > 0).sum())
+    return max(all_sum(local), 1.0)
+
+
+def grad_cosine(model, accumulate):
+    """The paper's diagnostic: cosine between the gradients that the tool-segment tokens and the
+    summary-segment tokens contribute to one mini-batch's loss. accumulate(mask_key) backpropagates
+    that loss counting only the tokens of "tool_mask" or "summary_mask"; called once for each
+    (two extra backward passes), the gradients are cleared before, between and after. 0 when
+    either gradient is zero."""
+    grads = []
+    for key in ("tool_mask", "summary_mask"):
+        model.zero_grad(set_to_none=True)
+        accumulate(key)
+        grads.append([(p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad).flatten()
+                      if p.grad is not None else torch.zeros(0) for p in model.parameters()])
+    model.zero_grad(set_to_none=True)
+    dot, n0, n1 = all_sum([sum(float((g0 * g1).sum()) for g0, g1 in zip(*grads) if g0.numel() and g1.numel()),
+                           sum(float(g.pow(2).sum()) for g in grads[0]), sum(float(g.pow(2).sum()) for g in grads[1])])
+    return dot / math.sqrt(n0 * n1) if n0 > 0 and n1 > 0 else 0.0

@@ -61,7 +61,10 @@ final response under 10 characters, None, or a transport failure). Otherwise r_s
 from a rule, the project's since the release does not ship its "reference rule": every gold
 call strictly matched, and no call made when there is no gold. On an omission both are 0.
 
-All process weights 0 is the "w/o HierR" ablation. Nothing here loads a model or touches
+The training reward of a batch of rollouts is `score_rollouts` (train.py's and eval.py's): `score`
+for each rollout, on threads, with the summary gate and the reward input chosen by the caller.
+
+All process weights 0 is the "w/o HierR" ablation (`--hierr-weights 0 0 0 0 0`). Nothing here loads a model or touches
 disk. No function raises on hostile text, and the time is linear in it (times the number of
 gold calls for the matching): a megabyte scores in well under a second.
 
@@ -72,6 +75,7 @@ import math
 import random
 import re
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 from segment import CLOSE, OPEN, drop_blocks, find_blocks, parse_block, strip_think
 from lib.data import normalize_gold
@@ -79,6 +83,7 @@ from lib.data import normalize_gold
 
 WEIGHTS = {"format": 0.10, "name": 0.25, "key": 0.15, "value": 0.20, "parallel": 0.30}  # docs/method.md §2.1
 OMISSION_SCORE = -0.5      # docs/method.md §2.3: gold has calls, the response makes none
+LAM = 1.0                  # λ_tool = λ_sum of Eq. 4 (train.py's --lam-tool, --lam-sum; Eq. 8 applies the same)
 MIN_SUMMARY_CHARS = 10     # docs/method.md §2.2: shorter final responses score 0
 MAX_JUDGE_CHARS = 32_768   # per judged text: 8,192 response tokens (docs/method.md §6) at ~4 characters each
 BOOLS = {"true": True, "false": False, "1": True, "0": False}  # docs/method.md §2.1 loose_equal
@@ -190,8 +195,7 @@ def turn_rewards(turn_texts, gold_tool_calls, allowed_tools, weights=None, stric
         if k >= len(gold):
             out.append(0.0)
             continue
-        s, _, _ = _process(text, [gold[k]], allowed_tools, weights, strict)
-        out.append(s["process"])
+        out.append(process_score(text, [gold[k]], allowed_tools, weights, strict)["process"])
     return out
 
 
@@ -286,7 +290,7 @@ def _bounded(texts):
 
 
 def score(response_text, final_response, tool_responses, task, judge,
-          weights=None, lam_tool=1.0, lam_sum=1.0, strict=False, succ_judge=False):
+          weights=None, lam_tool=LAM, lam_sum=LAM, strict=False, succ_judge=False):
     """Everything one trajectory gets: the parts, S_sum, score (Eq. 4), R_tool, R_sum (Eq. 5),
     judge_failed, and ToolPO's r_action and r_succ.
 
@@ -329,6 +333,44 @@ def _solved(final_response, question, tool_responses, judge, s):
     except ConnectionError:
         s["judge_failed"] = 1.0
         return 0.0
+
+
+def score_rollouts(rs, judge, weights=None, lam_tool=LAM, lam_sum=LAM, workers=16, strict=False, succ_judge=False,
+                   gate=GATES[0], tok=None, reward_input=INPUTS[0]):
+    """The training reward of a batch of rollouts (rollout.Rollout): HierR for each (`score`;
+    `strict` and `succ_judge` as there), plus what the logs need from the rollout. The summary
+    gate: "real" judges the rollout's final turn on its real tool responses; "release" judges
+    release_final on every <tool_response> block (release_responses) of its response ids
+    decoded by `tok` as the release decodes them (special tokens skipped). The process score
+    reads the policy's own text (reward_input "policy") or, as the release does, that decoded
+    trajectory, tool turns included ("decoded": a <tool_call> or <think> inside a tool response
+    counts as the policy's). Scored on `workers` threads, so a remote judge answers them
+    concurrently.
+    score_norm is the released code's normalised score (success_code@t)."""
+    if gate not in GATES or (gate == "release" and tok is None):
+        raise ValueError(f"gate must be one of {GATES} (release needs tok), not {gate!r}")
+    if reward_input not in INPUTS or (reward_input == "decoded" and tok is None):
+        raise ValueError(f"reward_input must be one of {INPUTS} (decoded needs tok), not {reward_input!r}")
+
+    def one(r):
+        decoded = tok.decode(r.ids, skip_special_tokens=True) if gate == "release" or reward_input == "decoded" else ""
+        if gate == "real":
+            final, responses = r.final, r.responses
+        else:
+            final, responses = release_final(decoded), release_responses(decoded)
+        text = r.text if reward_input == "policy" else decoded
+        s = score(text, final, tool_responses=responses, task=r.task, judge=judge,
+                          weights=weights, lam_tool=lam_tool, lam_sum=lam_sum, strict=strict, succ_judge=succ_judge)
+        s.update(score_norm=max(0.0, s["score"]) / (lam_tool + lam_sum) if lam_tool + lam_sum > 0 else 0.0,
+                 tool_turns=r.tool_turns, stop=r.stop, length=len(r.ids), sim_failed=r.failed,
+                 parallel_type=r.task.parallel_type or "unknown")
+        if r.task.bonus:  # the diagnostic world: did the policy make the marked call the gold does not ask for?
+            blocks, _ = predicted_calls(r.text, r.task.allowed_tools)
+            s["redundant"] = float(any(c.name == r.task.bonus for calls in blocks for c in calls))
+        return s
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(one, rs))
 
 
 NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")

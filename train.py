@@ -24,11 +24,10 @@ advantage Â^tool (0 when there is none); rollouts.jsonl holds each rollout's tu
 With no --model the run builds the embedded default: a tokenizer trained on the shipped tool
 world and a tiny random Qwen2 (lib/tiny.py), then runs SFT, SLCA-GRPO and a before/after eval,
 with settings sized for a 2-core CPU. Naming a --model switches every default to the paper's
-recipe (bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, one RL epoch, SFT
-without weight decay, the release's loss aggregation, turn caps and schema check) and, without
-data flags, to the release's data splits (fetched from the Hugging Face hub by
-data.release_files). Flags always win over the preset; the resolved config is printed and
-saved whole.
+recipe (PRESETS: bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, one RL epoch,
+SFT without weight decay, the release's loss aggregation, turn caps and schema check) and, without
+data flags, to the release's data splits (fetched from the Hugging Face hub by lib.data.release_files). Flags always win over the preset; the resolved config is printed and
+saved whole (config.json).
 
 Safety (the policy is an adversary): a rollout whose tool call or judge failed at the transport
 level is dropped from the loss (--keep-failed trains on it, as the release does) and counted,
@@ -69,53 +68,71 @@ Log-probs (lib/logprobs.py) are computed on response tokens only, in chunks, and
 of a prompt compute it once in every log-prob pass.
 """
 import argparse
-import json
 import math
 import os
 import random
-import shutil
-import signal
 import sys
-import threading
 import time
-from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from lib import llm
 import rewards
-from advantage import STATS, TURN_CREDIT, grpo_advantages, route, route_turns, slca_advantages, toolpo_advantages, turn_advantages
-from lib.data import MAX_PROMPT_TOKENS, TURNS, DataError, drop_long, load_sft, load_tasks, release_files
-from eval import evaluate, format_table, score_rollouts, summarize
-from lib.model import load_policy
-from lib.parallel import LOCK, Unusable, all_sum, autocast, barrier, check_folder, check_resume, gather, gathered, load_state, lock, read_json, resume_point, save_checkpoint, save_final, set_rng_state, setup_dist, shard, world, writing
-from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
-from loss import policy_loss
+from rewards import score_rollouts
+from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, turn_stats
+from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
 from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, collate, prompt_ids, rollout
-from segment import run_index
-from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth, take_unencodable
-from lib.sft import optimizer_step, warm_start
 from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
+from eval import evaluate, format_table, summarize
+from lib import llm, tiny
+from lib.data import MAX_PROMPT_TOKENS, TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
+from lib.files import Logs
+from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
+from lib.model import load_policy
+from lib.optim import optimizer_step
+from lib.parallel import (all_sum, autocast, barrier, check_folder, deterministic, gather, gathered, load_state, lock,
+                          open_run, rank_prompts, read_json, resume_point, save_checkpoint, save_final, set_rng_state,
+                          setup_dist, shard, stop_if_asked, stop_requests, world, writing)
+from lib.sft import SFTConfig, warm_start
+from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth, take_unencodable
 
 # ---------------------------------------------------------------------------------------------
-# presets: the paper's recipe (docs/method.md §7) for a named model, a CPU-sized one for the embedded demo
+# The config is the flag table below (get_args), grouped under headers; the resolved flags are printed and saved
+# whole to <out>/config.json (and in every checkpoint). Preset flags: (demo, paper) values. No --model: the demo's,
+# sized for ~10 min on 2 CPU cores; a named --model: the paper's recipe (docs/method.md §7). Flags always win.
 EPOCHS = 1  # RL epochs over --data: the paper's and the release's yaml (its launchers default to 5)
-# the release's SFT ran LLaMA-Factory with no weight_decay set (transformers' default, 0); its schema check stops at
-# check 3 (light). The demo keeps SFT weight decay 0.01 and the full check, the settings its README numbers were measured with.
-PAPER = dict(data=None, eval_data=None, sft_data=None, sft_epochs=2, sft_lr=5e-6, sft_batch=32,
-             sft_max_len=16384, sft_limit=None, sft_weight_decay=0.0, group_size=16, prompts_per_step=128,
-             mini_batch=32, micro_batch=8, lr=1e-6, steps=None, max_tokens=8192, eval_limit=None, eval_every=50,
-             dtype="bfloat16", grad_ckpt=True, old_logprobs="recompute", schema_check="light", epochs=EPOCHS)
-TINY = dict(data="data/world/rl.jsonl", eval_data="data/world/eval.jsonl", sft_data="data/world/sft.jsonl",
-            sft_epochs=8, sft_lr=6e-3, sft_batch=8, sft_max_len=1024, sft_limit=None, sft_weight_decay=0.01,
-            group_size=8, prompts_per_step=16, mini_batch=8, micro_batch=32, lr=1e-4, steps=60, max_tokens=384,
-            eval_limit=None, eval_every=0, dtype="float32", grad_ckpt=False, old_logprobs="sample",
-            schema_check="full", epochs=EPOCHS)  # sized for ~10 min on 2 CPU cores
+PRESETS = {
+    "data": ("data/world/rl.jsonl", None),          # paper None: the release's splits (lib.data.release_files)
+    "eval_data": ("data/world/eval.jsonl", None),
+    "sft_data": ("data/world/sft.jsonl", None),
+    "sft_epochs": (8, 2),
+    "sft_lr": (6e-3, 5e-6),
+    "sft_batch": (8, 32),
+    "sft_max_len": (1024, 16384),
+    "sft_limit": (None, None),
+    "sft_weight_decay": (0.01, 0.0),  # the release's SFT (LLaMA-Factory) sets none: transformers' 0; the demo's 0.01
+    "group_size": (8, 16),            # G
+    "prompts_per_step": (16, 128),
+    "mini_batch": (8, 32),
+    "micro_batch": (32, 8),
+    "lr": (1e-4, 1e-6),
+    "steps": (60, None),              # None: --epochs x prompts // --prompts-per-step
+    "max_tokens": (384, 8192),
+    "eval_limit": (None, None),
+    "eval_every": (0, 50),
+    "dtype": ("float32", "bfloat16"),
+    "grad_ckpt": (False, True),
+    "old_logprobs": ("sample", "recompute"),
+    "schema_check": ("full", "light"),  # the release's check stops at check 3 (light); the demo's README numbers: full
+    "epochs": (EPOCHS, EPOCHS),
+}
+TINY = {k: demo for k, (demo, _) in PRESETS.items()}     # no --model: the embedded demo
+PAPER = {k: paper for k, (_, paper) in PRESETS.items()}  # a named --model
 STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's stop reasons
+SCORE_KEYS = ("format", "name", "key", "value", "parallel", "process", "summary", "score", "omission",
+              "r_tool", "r_sum", "tool_turns", "length")  # per-rollout scores averaged into each RL step's metrics
 LOGS = ("metrics", "rollouts", "eval")  # <out>/<name>.jsonl
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # what a scheduler sends before it kills a job; Ctrl-C
 
 
 def num(text):
@@ -127,6 +144,9 @@ def num(text):
 
 
 def get_args(argv=None):
+    """The flag table: the run's whole config, one flat list grouped under headers (model, data, SFT,
+    RL, loss, rewards and advantages, simulator and judge, run), each default taken from the module
+    that owns it or from PRESETS; then check_args. Long because it is the table, one flag a line."""
     p = argparse.ArgumentParser(description="SLCA-GRPO training", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None, help="hub name, local folder or .gguf file (dequantized once into "
@@ -134,7 +154,7 @@ def get_args(argv=None):
     g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="gradient checkpointing")
     g.add_argument("--device", default=None, help="default: cuda (this rank's GPU) if available, else cpu")
-    g.add_argument("--tiny-size", type=int, nargs=3, default=[128, 2, 4], metavar=("HIDDEN", "LAYERS", "HEADS"),
+    g.add_argument("--tiny-size", type=int, nargs=3, default=list(tiny.SIZE), metavar=("HIDDEN", "LAYERS", "HEADS"),
                    help="shape of the demo model built when no --model is given")
     g = p.add_argument_group("data")
     g.add_argument("--data", default=None, help="RL prompts (.jsonl or .parquet); with --model and no data flags: "
@@ -155,7 +175,7 @@ def get_args(argv=None):
     g.add_argument("--sft-limit", type=int, default=None, help="use the first N conversations only")
     g.add_argument("--sft-weight-decay", type=num, default=None, help="AdamW weight decay of the warm start")
     g = p.add_argument_group("RL")
-    g.add_argument("--algo", choices=["slca", "grpo", "toolpo"], default="slca",
+    g.add_argument("--algo", choices=ALGOS, default=ALGOS[0],
                    help="grpo = the 'w/o SLCA' ablation; toolpo = the release's additive baseline (Eq. 13)")
     g.add_argument("--epochs", type=int, default=None,
                    help="RL epochs over --data, each in its own seeded order (the release's launchers run 5)")
@@ -185,18 +205,17 @@ def get_args(argv=None):
                    help="log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass "
                         "(the release's; exact when sampling ran in lower precision than training)")
     g = p.add_argument_group("loss (docs/method.md §4)")
-    g.add_argument("--loss-agg", choices=["seq-mean-token-mean", "token-mean"], default="seq-mean-token-mean",
+    g.add_argument("--loss-agg", choices=AGGS, default=AGGS[1],
                    help="seq-mean-token-mean = what the released run computed (one rollout per micro-batch): a mean "
                         "over rollouts of per-rollout token means; token-mean = one mean over the mini-batch's tokens")
-    g.add_argument("--clip-eps", type=num, default=0.2)
-    g.add_argument("--clip-c", type=num, default=3.0, help="dual-clip constant")
-    g.add_argument("--kl-beta", type=num, default=0.001, help="0 drops the reference model")
+    g.add_argument("--clip-eps", type=num, default=CLIP_EPS)
+    g.add_argument("--clip-c", type=num, default=CLIP_C, help="dual-clip constant")
+    g.add_argument("--kl-beta", type=num, default=KL_BETA, help="0 drops the reference model")
     g = p.add_argument_group("rewards and advantages (docs/method.md §2-3)")
-    g.add_argument("--lam-tool", type=num, default=1.0)
-    g.add_argument("--lam-sum", type=num, default=1.0)
+    g.add_argument("--lam-tool", type=num, default=rewards.LAM, help="λ_tool of Eqs. 4 and 8")
+    g.add_argument("--lam-sum", type=num, default=rewards.LAM, help="λ_sum of Eqs. 4 and 8")
     g.add_argument("--hierr-weights", type=num, nargs=5, default=list(rewards.WEIGHTS.values()),
-                   metavar=("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"))
-    g.add_argument("--no-hierr", action="store_true", help="'w/o HierR': all process weights 0")
+                   metavar=("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"), help="Eq. 2's; 0 0 0 0 0 = 'w/o HierR'")
     g.add_argument("--strict-calls", action="store_true",
                    help="a block with no valid call is invalid and a response with no valid call is an omission "
                         "(-0.5); the release only looks for the <tool_call> tag, so `<tool_call>[]</tool_call>` "
@@ -341,12 +360,19 @@ def check_args(p, a):
         p.error("--resume and --overwrite exclude each other")
 
 
+def sft_config(a):
+    """The warm start's settings (lib/sft.py) from the flags."""
+    return SFTConfig(a.sft_epochs, a.sft_lr, a.sft_batch, a.sft_max_len, a.sft_warmup, a.sft_weight_decay,
+                     a.micro_batch, a.grad_clip, a.max_bad_updates, a.seed, a.device)
+
+
 # ---------------------------------------------------------------------------------------------
+# the RL step: rollouts -> rewards -> advantages -> old and reference log-probs -> PPO update
 def backward(model, batch, idx, old, ref, A, mask_key, norm, a):
     """Accumulate the gradient of the loss (Eqs. 9-12) over rows `idx`, counting only the
-    tokens of `mask_key`; `norm` is the mini-batch's normaliser, summed over ranks (its
-    response tokens for token-mean, its rollouts for seq-mean-token-mean). FSDP averages
-    gradients over ranks, so each rank's loss is scaled by the world size. Returns summed stats."""
+    tokens of `mask_key`; `norm` is the mini-batch's N (loss.normaliser, summed over ranks).
+    FSDP averages gradients over ranks, so each rank's loss is scaled by the world size.
+    Returns the stats summed over micro-batches."""
     stats = {}
     for rows, mb in micro_batches(batch, idx, a.micro_batch, a.group_size):
         L = mb["input_ids"].shape[1]
@@ -361,110 +387,6 @@ def backward(model, batch, idx, old, ref, A, mask_key, norm, a):
     return stats
 
 
-def normaliser(batch, idx, mask_key, agg):
-    """Eq. 12's N over the whole mini-batch, all ranks: tokens (token-mean) or rollouts with
-    at least one token (seq-mean-token-mean)."""
-    m = batch[mask_key][idx]                                                   # (b, L)
-    local = float(m.sum()) if agg == "token-mean" else float((m.sum(1) > 0).sum())
-    return max(all_sum(local), 1.0)
-
-
-def grad_cosine(model, batch, idx, old, ref, A, a):
-    """The paper's diagnostic: cosine between the gradients that the tool-segment tokens and
-    the summary-segment tokens contribute (two extra backward passes)."""
-    grads = []
-    for key in ("tool_mask", "summary_mask"):
-        model.zero_grad(set_to_none=True)
-        backward(model, batch, idx, old, ref, A, key, normaliser(batch, idx, key, a.loss_agg), a)
-        grads.append([(p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad).flatten()
-                      if p.grad is not None else torch.zeros(0) for p in model.parameters()])
-    model.zero_grad(set_to_none=True)
-    dot, n0, n1 = all_sum([sum(float((g0 * g1).sum()) for g0, g1 in zip(*grads) if g0.numel() and g1.numel()),
-                           sum(float(g.pow(2).sum()) for g in grads[0]), sum(float(g.pow(2).sum()) for g in grads[1])])
-    return dot / math.sqrt(n0 * n1) if n0 > 0 and n1 > 0 else 0.0
-
-
-def turn_table(turn_r, response_mask):
-    """Per-turn rewards as (B, K) with their presence (B, K) bool, K the most tool turns of a row.
-    turn_r: per rollout, its tool turns' rewards (rewards.turn_rewards of every turn but the
-    last). Turn k of row i is present when the row's loss mask holds one run per turn, its tool
-    turns and the summary (Eq. 1); a row whose mask holds another number of runs (a dropped
-    rollout, whose mask is all 0, or a turn that sampled no token) has no turn present, since
-    its runs cannot be matched to its turns."""
-    B, K = len(turn_r), max(map(len, turn_r), default=0)
-    r, present = torch.zeros(B, K), torch.zeros(B, K, dtype=torch.bool)              # (B, K)
-    runs = (run_index(response_mask).amax(1) + 1).tolist()                           # (B,) runs in the mask
-    for i, x in enumerate(turn_r):
-        if x and runs[i] == len(x) + 1:
-            r[i, :len(x)], present[i, :len(x)] = torch.tensor(x), True
-    return r, present
-
-
-def advantages(scores, turn_r, batch, gids, keep, a):
-    """Per-token advantages (B, L), the per-rollout (tool, summary) ones for the logs, and the
-    per-turn ones Â_{i,k} (B, K) of Eq. 14 (computed for every algorithm, for the logs; only
-    slca with --turn-credit > 0 trains on them). Rollouts outside `keep` (transport failures)
-    enter no group statistic and get 0."""
-    col = lambda k: torch.tensor([s[k] for s in scores], dtype=torch.float32)  # noqa: E731  (B,)
-    tp = batch["tool_mask"].bool().any(1).cpu() & keep                                  # (B,)
-    sp = batch["summary_mask"].bool().any(1).cpu() & keep
-    adv_tool, adv_sum = slca_advantages(col("r_tool"), col("r_sum"), tp, sp, gids, lam_tool=a.lam_tool,
-                                        lam_sum=a.lam_sum, norm_by_std=a.norm_by_std,
-                                        stats=a.group_stats)                    # (B,) each
-    adv_turn = turn_advantages(*turn_table(turn_r, batch["response_mask"].cpu()), gids,
-                               norm_by_std=a.norm_by_std)                               # (B, K)
-    dev = lambda x: x.to(a.device)  # noqa: E731
-    if a.algo == "slca":                                                                # Eqs. 8, 14
-        A = route_turns(dev(adv_tool), dev(adv_sum), dev(adv_turn), run_index(batch["response_mask"]),
-                        batch["tool_mask"], batch["summary_mask"], a.turn_credit, a.lam_tool)
-    elif a.algo == "grpo":                                                              # Eq. 6
-        adv = grpo_advantages(col("score"), gids, norm_by_std=a.norm_by_std, present=keep,
-                              stats=a.group_stats)                                      # (B,)
-        A = route(dev(adv), dev(adv), batch["tool_mask"], batch["summary_mask"])
-    else:                                                                               # Eq. 13
-        a_succ, a_action = toolpo_advantages(col("r_succ"), col("r_action"), keep, tp, gids,
-                                             norm_by_std=a.toolpo_norm_by_std, stats=a.group_stats)
-        A = route(dev(a_succ + a_action), dev(a_succ), batch["tool_mask"], batch["summary_mask"])
-    return A, tp, sp, adv_tool, adv_sum, adv_turn                                      # (B, L), (B,) ..., (B, K)
-
-
-def turn_stats(adv_turn, adv_tool):
-    """Sums for the per-turn sign-conflict rate: the tool turns with a nonzero Â_{i,k} (only a
-    present turn in a group of two or more with unequal rewards has one), and those of them
-    whose sign is opposite to their rollout's segment advantage Â_i^tool."""
-    live = adv_turn != 0                                                               # (B, K)
-    return {"turn_n": float(live.sum()), "turn_conflict": float((live & (adv_turn * adv_tool[:, None] < 0)).sum())}
-
-
-def seg_stats(adv, present, gids, name):
-    """Sums for the mean and std of a segment's advantages over present rollouts, and the
-    groups whose advantages are all zero for that segment (no learning signal)."""
-    x = adv[present].double()
-    zero = [bool((adv[gids == g] == 0).all()) for g in gids.unique()]
-    return {f"adv_{name}_n": float(x.numel()), f"adv_{name}_sum": float(x.sum()), f"adv_{name}_sq": float((x * x).sum()),
-            f"adv_{name}_zero": float(sum(zero)), f"adv_{name}_groups": float(len(zero))}
-
-
-def data_order(n, epochs, seed):
-    """The RL prompts' order over all epochs: one seeded shuffle of range(n) per epoch, end to
-    end (the first epoch's is the order one epoch always had). Saved in every checkpoint, so a
-    resumed run takes the same prompts in every epoch."""
-    rng, order = random.Random(seed), []
-    for _ in range(epochs):
-        perm = list(range(n))
-        rng.shuffle(perm)
-        order += perm
-    return order
-
-
-def rank_prompts(n, mini_batch, rank, world):
-    """Positions (in the step's list of n prompts) that this rank takes: an equal share of
-    every mini-batch, so the union over ranks of each rank's k-th mini-batch is the
-    single-process k-th mini-batch and the update is the same."""
-    share = mini_batch // world
-    return [k + rank * share + i for k in range(0, n, mini_batch) for i in range(share)]
-
-
 def ppo_update(model, opt, batch, old, ref, A, a, bad):
     """PPO on one rollout batch (this rank's rows, G per prompt): one optimizer step per
     mini-batch of prompts, `ppo_epochs` passes. Returns (stats summed over updates, bad count)."""
@@ -476,11 +398,12 @@ def ppo_update(model, opt, batch, old, ref, A, a, bad):
         for s in range(0, B, per_mb):
             idx = list(range(s, min(s + per_mb, B)))
             if a.grad_cosine and epoch == 0 and s == 0:
-                stats["grad_cosine"] = grad_cosine(model, batch, idx, old, ref, A, a)
+                stats["grad_cosine"] = grad_cosine(model, lambda key: backward(
+                    model, batch, idx, old, ref, A, key, normaliser(batch[key][idx], a.loss_agg), a))
             st = backward(model, batch, idx, old, ref, A, "response_mask",
-                          normaliser(batch, idx, "response_mask", a.loss_agg), a)
+                          normaliser(batch["response_mask"][idx], a.loss_agg), a)
             loss = all_sum(st.pop("loss"))
-            bad, norm, stepped = optimizer_step(model, opt, loss, a, bad)
+            bad, norm, stepped = optimizer_step(model, opt, loss, a.grad_clip, a.max_bad_updates, bad)
             for k, v in st.items():
                 stats[k] = stats.get(k, 0.0) + v
             stats["loss"] += loss
@@ -490,23 +413,42 @@ def ppo_update(model, opt, batch, old, ref, A, a, bad):
     return stats, bad
 
 
-def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
-    """One rollout batch (this rank's prompts, G rollouts each) and its PPO update.
-    Returns (metrics over all ranks, rollouts, scores, per-turn rewards, (adv_tool, adv_sum), bad-update count)."""
+def old_and_ref_logprobs(model, ref, batch, a):
+    """log π_old of Eq. 9 (as sampled, or recomputed with --old-logprobs recompute) and log π_ref
+    of Eq. 11 (None without a reference), each (B, L), before any update. Pops batch["logprobs"]."""
     G = a.group_size
-    batch_tasks = [t for t in tasks for _ in range(G)]
+    old = batch.pop("logprobs").float() * batch["response_mask"]                    # (B, L)
+    refl = torch.zeros_like(old) if ref is not None else None
+    with torch.no_grad():  # each prompt once; the responses in passes of similar length, NO_GRAD_ROWS rows at most
+        for rows, mb in micro_batches(batch, list(range(len(old))), max(a.micro_batch, G), G):
+            L, groups = mb["input_ids"].shape[1], torch.tensor(rows) // G
+            x = (mb["input_ids"], mb["attention_mask"], mb["response_mask"])
+            if a.old_logprobs == "recompute":
+                old[rows, :L] = token_logprobs(model, *x, groups=groups, rows=NO_GRAD_ROWS)
+            if ref is not None:
+                refl[rows, :L] = token_logprobs(ref, *x, groups=groups, rows=NO_GRAD_ROWS)
+    return old, refl
+
+
+def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
+    """One rollout batch (this rank's prompts, G rollouts each) and its PPO update. Returns
+    (metrics over all ranks, rollouts, scores, per-turn rewards, (adv_tool, adv_sum), bad-update count)."""
+    G = a.group_size
     groups = [g for g in group_ids for _ in range(G)]
     model.eval()
     take_unencodable()  # from here on: this step's text (prompts, observations)
     t0 = time.time()
     with gathered(model):
-        rs = rollout(model, tok, batch_tasks, sim, groups, a.temperature, a.max_turns, a.max_tokens, a.gen_batch,
-                     max_tool_rounds=a.max_tool_rounds or None, sampler=a.sampler)
+        rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, groups, a.temperature, a.max_turns,
+                     a.max_tokens, a.gen_batch, max_tool_rounds=a.max_tool_rounds or None,
+                     sampler=a.sampler)
     t_roll = time.time() - t0
-    weights = dict(zip(rewards.WEIGHTS, [0.0] * 5 if a.no_hierr else a.hierr_weights))
+    weights = dict(zip(rewards.WEIGHTS, a.hierr_weights))                                # Eq. 2's
     scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
                             succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok,
-                            reward_input=a.reward_input)
+                            reward_input=a.reward_input)                                # Eqs. 2-5
+    turn_r = [rewards.turn_rewards([t["text"] for t in r.turns[:-1]], r.task.gold, r.task.allowed_tools, weights,
+                                   a.strict_calls) for r in rs]                          # per rollout, per tool turn
     # a rollout that lost a tool answer or its rating to the network is not trained on (--keep-failed: it is)
     sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
     judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
@@ -515,31 +457,32 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     for k in ("response_mask", "tool_mask", "summary_mask"):
         batch[k] = batch[k] * keep.to(a.device)[:, None]
     gids = torch.tensor(groups)                                                         # (B,)
-    turn_r = [rewards.turn_rewards([t["text"] for t in r.turns[:-1]], r.task.gold, r.task.allowed_tools, weights,
-                                   a.strict_calls) for r in rs]                          # per rollout, per tool turn
-    A, tp, sp, adv_tool, adv_sum, adv_turn = advantages(scores, turn_r, batch, gids, keep, a)
-
-    # old log-probs (from sampling, or recomputed) and reference log-probs, before any update
-    B = len(rs)
-    old = batch.pop("logprobs").float() * batch["response_mask"]                    # (B, L)
-    refl = torch.zeros_like(old) if ref is not None else None
-    with torch.no_grad():  # each prompt once; the responses in passes of similar length, NO_GRAD_ROWS rows at most
-        for rows, mb in micro_batches(batch, list(range(B)), max(a.micro_batch, G), G):
-            L, groups = mb["input_ids"].shape[1], torch.tensor(rows) // G
-            x = (mb["input_ids"], mb["attention_mask"], mb["response_mask"])
-            if a.old_logprobs == "recompute":
-                old[rows, :L] = token_logprobs(model, *x, groups=groups, rows=NO_GRAD_ROWS)
-            if ref is not None:
-                refl[rows, :L] = token_logprobs(ref, *x, groups=groups, rows=NO_GRAD_ROWS)
+    A, tp, sp, adv_tool, adv_sum, adv_turn = token_advantages(
+        a.algo, scores, turn_r, batch["response_mask"], batch["tool_mask"], batch["summary_mask"], keep, gids,
+        a.lam_tool, a.lam_sum, a.turn_credit, a.norm_by_std, a.toolpo_norm_by_std, a.group_stats)  # Eqs. 6-8, 13-14
+    old, refl = old_and_ref_logprobs(model, ref, batch, a)
     t1 = time.time()
-    stats, bad = ppo_update(model, opt, batch, old, refl, A, a, bad)
+    stats, bad = ppo_update(model, opt, batch, old, refl, A, a, bad)                     # Eqs. 9-12
     t_train = time.time() - t1
+    m, tot = step_metrics(step, rs, scores, batch, stats, (adv_tool, tp), (adv_sum, sp), adv_turn, gids,
+                          sim_fail, judge_fail, bad, t_roll, t_train, a.ppo_epochs)
+    fail = (tot["sim_failed"] + tot["judge_failed"]) / tot["n"]
+    if fail > a.max_fail_rate:
+        which = [f"the simulator ({a.sim_url or a.sim_model})" if tot["sim_failed"] else "",
+                 f"the judge ({a.judge_url or a.judge_model})" if tot["judge_failed"] else ""]
+        raise SystemExit(f"stopping at RL step {step}: {fail:.0%} of the rollouts lost an answer to endpoint "
+                         f"failures ({' and '.join(w for w in which if w)}); over --max-fail-rate {a.max_fail_rate}")
+    return m, rs, scores, turn_r, (adv_tool, adv_sum), bad
 
-    # metrics: sums over this rank's rollouts, added up over ranks, then means
-    keys = ("format", "name", "key", "value", "parallel", "process", "summary", "score", "omission",
-            "r_tool", "r_sum", "tool_turns", "length")
+
+def step_metrics(step, rs, scores, batch, stats, tool, summary, adv_turn, gids, sim_fail, judge_fail, bad,
+                 t_roll, t_train, ppo_epochs):
+    """One RL step's metrics row: sums over this rank's rollouts, added up over ranks, then means
+    (the loss stats are shares of each mini-batch, so they are averaged over the updates).
+    tool and summary: (advantages (B,), presence (B,)) of each segment. Returns (row, the sums)."""
+    (adv_tool, tp), (adv_sum, sp) = tool, summary
     loss_keys = [k for k in stats if k not in ("loss", "grad_norm", "skipped", "updates", "grad_cosine")]
-    local = {**{k: sum(float(s[k]) for s in scores) for k in keys}, "n": float(B),
+    local = {**{k: sum(float(s[k]) for s in scores) for k in SCORE_KEYS}, "n": float(len(rs)),
              **seg_stats(adv_tool, tp, gids, "tool"), **seg_stats(adv_sum, sp, gids, "sum"),
              "sign_conflict": float(((adv_tool * adv_sum) < 0).sum()), **turn_stats(adv_turn, adv_tool),
              **{k: stats[k] for k in loss_keys},
@@ -549,7 +492,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
              "policy_tokens": float(batch["response_mask"].sum()), "tokens": float(batch["attention_mask"].sum())}
     tot = dict(zip(local, all_sum(list(local.values()))))
     n, u = tot["n"], stats["updates"]
-    m = {"step": step, **{k: tot[k] / n for k in keys}}
+    m = {"step": step, **{k: tot[k] / n for k in SCORE_KEYS}}
     for seg in ("tool", "sum"):
         c, s1, s2 = tot[f"adv_{seg}_n"], tot[f"adv_{seg}_sum"], tot[f"adv_{seg}_sq"]
         m[f"adv_{seg}_mean"] = s1 / c if c else 0.0
@@ -557,78 +500,27 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
         m[f"adv_{seg}_zero_groups"] = tot[f"adv_{seg}_zero"] / tot[f"adv_{seg}_groups"]
     m.update({"sign_conflict": tot["sign_conflict"] / n,
               "turn_conflict": tot["turn_conflict"] / tot["turn_n"] if tot["turn_n"] else 0.0,
-              **{k: tot[k] / u for k in loss_keys},          # the loss stats are shares of each mini-batch
+              **{k: tot[k] / u for k in loss_keys},
               "loss": stats["loss"] / u, "grad_norm": stats["grad_norm"] / u,
               "skipped_updates": stats["skipped"], "bad_updates_in_a_row": bad,
               "sim_failed": tot["sim_failed"] / n, "judge_failed": tot["judge_failed"] / n,
               "unencodable": tot["unencodable"],           # a count over the step's rollouts, all ranks
               **{f"stop_{k}": tot[f"stop_{k}"] / n for k in STOPS},
               "rollout_tok_s": tot["policy_tokens"] / t_roll / world(),
-              "train_tok_s": a.ppo_epochs * tot["tokens"] / t_train / world(),
+              "train_tok_s": ppo_epochs * tot["tokens"] / t_train / world(),
               "t_rollout": t_roll, "t_train": t_train,
               **({"grad_cosine": stats["grad_cosine"]} if "grad_cosine" in stats else {})})
-    fail = (tot["sim_failed"] + tot["judge_failed"]) / n
-    if fail > a.max_fail_rate:
-        which = [f"the simulator ({a.sim_url or a.sim_model})" if tot["sim_failed"] else "",
-                 f"the judge ({a.judge_url or a.judge_model})" if tot["judge_failed"] else ""]
-        raise SystemExit(f"stopping at RL step {step}: {fail:.0%} of the rollouts lost an answer to endpoint "
-                         f"failures ({' and '.join(w for w in which if w)}); over --max-fail-rate {a.max_fail_rate}")
-    return m, rs, scores, turn_r, (adv_tool, adv_sum), bad
+    return m, tot
 
 
 # ---------------------------------------------------------------------------------------------
-def strict(x):
-    """JSON-safe copy: non-finite floats become null (json.dumps would write bare NaN)."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: strict(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [strict(v) for v in x]
-    return x
-
-
-@contextmanager
-def stop_requests():
-    """SIGTERM and SIGINT ask the run to stop: the handler only records the signal (in the list
-    yielded), and the run stops at its next step boundary. A second signal acts as it would
-    have without this (SIGTERM kills, SIGINT raises KeyboardInterrupt)."""
-    got = []
-    if threading.current_thread() is not threading.main_thread():  # Python delivers signals to the main thread only
-        yield got
-        return
-
-    def handler(sig, frame):
-        got.append(sig)
-        signal.signal(sig, old[sig])
-
-    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    try:
-        yield got
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def deterministic(device):
-    """On CPU, torch's deterministic algorithms. Without them, the backward of the rows' read of
-    their group's shared prompt keys and values (lib/logprobs.py) adds the rows in whatever order
-    the threads get there, and two-thread runs differ even on an idle machine."""
-    if torch.device(device).type == "cpu":
-        torch.use_deterministic_algorithms(True)
-
-
-def stop_signal(got):
-    """The stop signal that any rank got, else 0; every rank calls this at the same boundary."""
-    return max(gather([got[0] if got else 0]))
-
-
+# the run: --out, the model, SFT, the RL loop, the evals and checkpoints
 def main(argv=None):
     a = get_args(argv)
     set_json_depth(a.json_depth)
     if a.resume and not os.path.exists(os.path.join(a.out, "config.json")):
         raise SystemExit(f"--resume: no run to continue in --out {a.out} (no config.json)")
-    rank, _ = setup_dist(a)
+    rank, _, a.device = setup_dist(a.device)
     random.seed(a.seed)
     torch.manual_seed(a.seed)
 
@@ -656,75 +548,68 @@ def main(argv=None):
 def run(a, rank, tasks, evals, convs, got):
     """The run in --out, which this process holds: start, continue or report it finished. `got`
     collects the stop signals (SIGTERM, SIGINT) that arrive meanwhile."""
-    main_rank = rank == 0
-    final = os.path.join(a.out, "final")
-    # rank 0's view, before it writes anything: another rank listing later would see its config.json
-    earlier = gather([main_rank and any(n != LOCK for n in os.listdir(a.out))])[0]
-    if a.resume:
-        check_resume(a)
-        if os.path.isdir(final):
-            if main_rank:
-                try:
-                    n = read_json(os.path.join(final, "run.json")).get("rl_steps", "?")
-                except Unusable:
-                    n = "?"
-                print(f"run in {a.out} already finished ({n} RL steps, model in {final}); nothing to do")
-            return
-    elif not a.overwrite and earlier:
-        raise SystemExit(f"--out {a.out} holds an earlier run: pass --resume to continue it or --overwrite to replace it")
-    elif main_rank:
-        with writing(a.out):
-            for n in sorted(set(os.listdir(a.out)) - {LOCK}) if a.overwrite else []:  # not the lock this process holds
-                p = os.path.join(a.out, n)
-                if os.path.isdir(p) and not os.path.islink(p):
-                    shutil.rmtree(p)
-                else:
-                    os.remove(p)
-            with open(os.path.join(a.out, "config.json"), "w") as f:
-                json.dump(vars(a), f, indent=1)
-    barrier()
+    main_rank, final = rank == 0, os.path.join(a.out, "final")
+    if not open_run(a.out, vars(a), a.resume, a.overwrite, main_rank):
+        return
+    logs = Logs(a.out, LOGS, main_rank)
+    model, tok, tasks, evals, sft_dir, name = load_model(a, rank, tasks, evals, convs)
+    sim, judge, rl_judge, clients = frozen_llms(a)
+    t_start = time.time()
+    model = shard(model, a.dtype)
+    if convs and not os.path.isdir(sft_dir):
+        if a.resume:
+            logs.rewind(dict.fromkeys(LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
+        with autocast(a.dtype, a.device):
+            warm_start(model, tok, convs, sft_config(a), lambda row: (logs.write(row), stop_if_asked(got, main_rank)))
+        save_final(model, tok, sft_dir, rank, info={"logs": logs.sizes()})
+    ref = None
+    if a.kl_beta:  # the frozen SFT policy, kept in the compute dtype
+        ref = shard(load_policy(sft_dir if os.path.isdir(sft_dir) else name, a.dtype, a.device)[0], a.dtype).eval()
+        ref.requires_grad_(False)
+    eval_row = lambda label, step: run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step)  # noqa: E731
+
+    # RL state: fresh, or the newest checkpoint that reads back; the logs are cut back to that point
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    start, order, found = rl_state(a, model, opt, rank, logs, len(tasks), sft_dir)
+    table = {"before RL": None if found else eval_row("before RL", 0)}
+    steps = len(order) // a.prompts_per_step if a.steps is None else a.steps
+    mine = rank_prompts(a.prompts_per_step, a.mini_batch, rank, world())
+    bad, saved = 0, start if found else None  # the step of the newest checkpoint this process knows is on disk
+    checkpoint = lambda step: save_checkpoint(model, opt, a.out, vars(a), a.keep, step, order, rank, logs.sizes())  # noqa: E731
+    for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
+        stop_if_asked(got, main_rank, a.out, step, steps, None if saved == step else checkpoint)
+        pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
+        with autocast(a.dtype, a.device), llm.window(a.step_deadline, *clients):  # a dead endpoint stalls one step at most
+            m, rs, scores, turn_r, advs, bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
+                                                       pos, sim, rl_judge, a, step, bad)
+        m["elapsed"] = time.time() - t_start
+        log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, a.show)
+        if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
+            eval_row(f"step {step + 1}", step + 1)
+        if a.save_every and (step + 1) % a.save_every == 0 and step + 1 < steps:
+            checkpoint(step + 1)
+            saved = step + 1
+    stop_if_asked(got, main_rank, a.out, steps, steps, None if saved == steps else checkpoint)
+
+    if steps:  # also when a stop came after the last step: the resumed run has no step left but this
+        table["after RL"] = eval_row("after RL", steps)
+    save_final(model, tok, final, rank, info={"rl_steps": steps, "logs": logs.sizes()})
     if main_rank:
-        print(json.dumps(vars(a), indent=1))
-    files = {}
-    if main_rank:
-        with writing(a.out):
-            files = {k: open(os.path.join(a.out, f"{k}.jsonl"), "a") for k in LOGS}
+        if all(table.values()):
+            print(format_table(table))
+        print(f"done in {time.time() - t_start:.0f}s; checkpoint in {final}")
+    logs.close()
 
-    def log(row, kind="metrics"):
-        if main_rank:
-            with writing(files[kind].name):
-                files[kind].write(json.dumps(strict(row), allow_nan=False) + "\n")
-                files[kind].flush()
 
-    def sizes():
-        """Each log's byte length: stored with a checkpoint, so a resumed run cuts off what came after."""
-        return {k: os.fstat(f.fileno()).st_size for k, f in files.items()} if main_rank else None
-
-    def rewind(marks):
-        """Cut the logs back to `marks` (their lengths at the point the run resumes from): what
-        was logged after it is redone. None (a checkpoint of an older version): appended as is."""
-        for k, f in files.items() if marks else ():
-            if os.fstat(f.fileno()).st_size > marks[k]:
-                with writing(f.name):
-                    f.truncate(marks[k])
-                    f.seek(0, os.SEEK_END)
-
-    def sft_log(row):
-        log(row)
-        sig = stop_signal(got)
-        if sig:
-            if main_rank:
-                print(f"stopped by {signal.Signals(sig).name} during SFT; --resume redoes SFT from its start", flush=True)
-            raise SystemExit(128 + sig)
-
-    # model: the SFT result of this run when there is one, else a named one, or the tiny demo
+def load_model(a, rank, tasks, evals, convs):
+    """The policy in float32 (see lib/parallel.autocast): this run's SFT result when there is
+    one, else --model, or the tiny demo built once into <out>/base. Prompts over
+    --max-prompt-tokens are dropped. Returns (model, tok, tasks, evals, sft_dir, the model's folder)."""
     sft_dir, base_dir = os.path.join(a.out, "sft"), os.path.join(a.out, "base")
-    done_sft = os.path.isdir(sft_dir)
-    name = sft_dir if done_sft else a.model
+    name = sft_dir if os.path.isdir(sft_dir) else a.model
     if name is None:
-        from lib import tiny
         if not os.path.isdir(base_dir):
-            if main_rank:
+            if rank == 0:
                 with writing(base_dir, base_dir + ".tmp"):
                     tiny.build(base_dir + ".tmp", tiny.world_texts(tasks, convs), a.seed, *a.tiny_size)
                     os.replace(base_dir + ".tmp", base_dir)
@@ -732,13 +617,19 @@ def run(a, rank, tasks, evals, convs, got):
         name = base_dir
     if a.resume and os.path.isdir(name):
         check_folder(name)
-    model, tok = load_policy(name, "float32", a.device, a.grad_ckpt)  # float32 master weights, see autocast()
+    model, tok = load_policy(name, "float32", a.device, a.grad_ckpt)
     n_tokens = lambda t: len(prompt_ids(tok, t))  # noqa: E731
     (tasks, n_rl), (evals, n_ev) = drop_long(tasks, n_tokens, a.max_prompt_tokens), drop_long(evals, n_tokens, a.max_prompt_tokens)
-    if main_rank and n_rl + n_ev:
+    if rank == 0 and n_rl + n_ev:
         print(f"dropped {n_rl} RL and {n_ev} eval prompts over --max-prompt-tokens {a.max_prompt_tokens}")
     if not tasks:
         raise SystemExit(f"no RL prompt fits --max-prompt-tokens {a.max_prompt_tokens}")
+    return model, tok, tasks, evals, sft_dir, name
+
+
+def frozen_llms(a):
+    """The simulator, the judge (an LLM client, or the offline facts judge), the RL judge (with
+    --judge-noise; evals keep the clean one) and the two clients (None when not set)."""
     sim_client = llm.client_from_args(a, "sim")
     sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
                     schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed,
@@ -746,108 +637,66 @@ def run(a, rank, tasks, evals, convs, got):
     judge_client = llm.client_from_args(a, "judge")
     judge = llm.LLMJudge(judge_client, prompt=a.judge_template, solved_prompt=a.solved_template) if judge_client \
         else rewards.FactsJudge()
-    rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals stay clean
+    rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge
+    return sim, judge, rl_judge, (sim_client, judge_client)
 
-    t_start = time.time()
-    model = shard(model, a.dtype)
-    if convs and not done_sft:
-        if a.resume:
-            rewind(dict.fromkeys(LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
-        with autocast(a):
-            warm_start(model, tok, convs, a, sft_log)
-        save_final(model, tok, sft_dir, rank, info={"logs": sizes()})
-    ref = None
-    if a.kl_beta:  # the frozen SFT policy, kept in the compute dtype
-        ref = shard(load_policy(sft_dir if os.path.isdir(sft_dir) else name, a.dtype, a.device)[0], a.dtype).eval()
-        ref.requires_grad_(False)
 
-    def run_eval(label, step):
-        """eval.evaluate on the eval split (what `eval.py toucan --model <out>/final` reruns), rank r taking
-        prompts r, r + world, ...; the scores are put back in the split's order before the means."""
-        if not evals:
-            return None
-        with gathered(model.eval()), autocast(a):
-            scores, _ = evaluate(model, tok, evals[rank::world()], sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
-                                 a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input, a.sampler)
-        mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)
-        summary = summarize([s for _, s in sorted(gather(mine), key=lambda x: x[0])])
-        log({"label": label, "step": step, **summary}, "eval")
-        if main_rank:
-            print(format_table({label: summary["all"]}))
-        return summary["all"]
-
-    # RL state: fresh, or the newest checkpoint that reads back; the logs are cut back to that point
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
-    order = data_order(len(tasks), a.epochs, a.seed)
+def rl_state(a, model, opt, rank, logs, n_tasks, sft_dir):
+    """The RL state to start from: fresh, or (--resume) the newest checkpoint that reads back,
+    with the logs cut back to that point. Returns (first step, data order, the checkpoint found or None)."""
+    order = data_order(n_tasks, a.epochs, a.seed)
     random.seed(a.seed + 1)  # RL starts from the same RNG state whether SFT ran now or in an earlier process
     torch.manual_seed(a.seed + 1)
-    start, found = 0, resume_point(a.out, model, a, rank) if a.resume else None
+    start, found = 0, resume_point(a.out, model, vars(a), rank) if a.resume else None
     if found:
         folder, state, rng = found
         load_state(model, opt, state["model"], state["optimizer"])
         set_rng_state(rng)
         start, order = state["step"], state["order"]
-        rewind(state.get("logs"))
-        if main_rank:
+        logs.rewind(state.get("logs"))
+        if rank == 0:
             print(f"resumed from {folder}: RL step {start}")
     elif a.resume:  # from the SFT result (its run.json holds the logs' lengths then), or from nothing
         info = os.path.join(sft_dir, "run.json")
-        rewind(read_json(info).get("logs") if os.path.isfile(info) else None if os.path.isdir(sft_dir)
-               else dict.fromkeys(LOGS, 0))
-    table = {"before RL": None if found else run_eval("before RL", 0)}
+        logs.rewind(read_json(info).get("logs") if os.path.isfile(info) else None if os.path.isdir(sft_dir)
+                    else dict.fromkeys(LOGS, 0))
+    return start, order, found
 
-    steps = len(order) // a.prompts_per_step if a.steps is None else a.steps
-    mine = rank_prompts(a.prompts_per_step, a.mini_batch, rank, world())
-    bad, saved = 0, start if found else None  # the step of the newest checkpoint this process knows is on disk
 
-    def halt(step):
-        """At a step boundary: when a stop signal came, checkpoint here (unless just done) and exit."""
-        sig = stop_signal(got)
-        if sig:
-            if saved != step:
-                save_checkpoint(model, opt, a, step, order, rank, sizes())
-            if main_rank:
-                print(f"stopped by {signal.Signals(sig).name} at RL step {step} of {steps} (a checkpoint is in "
-                      f"{os.path.join(a.out, 'ckpt', f'step-{step}')}); continue with --resume", flush=True)
-            raise SystemExit(128 + sig)
+def run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step):
+    """eval.evaluate on the eval split (what `eval.py toucan --model <out>/final` reruns), rank r taking
+    prompts r, r + world, ...; the scores are put back in the split's order before the means.
+    Logs and prints the row; returns its "all" means (None with no eval split)."""
+    if not evals:
+        return None
+    with gathered(model.eval()), autocast(a.dtype, a.device):
+        scores, _ = evaluate(model, tok, evals[rank::world()], sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
+                             a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input, a.sampler)
+    mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)
+    summary = summarize([s for _, s in sorted(gather(mine), key=lambda x: x[0])])
+    logs.write({"label": label, "step": step, **summary}, "eval")
+    if rank == 0:
+        print(format_table({label: summary["all"]}))
+    return summary["all"]
 
-    for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
-        halt(step)
-        pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
-        with autocast(a), llm.window(a.step_deadline, sim_client, judge_client):  # a dead endpoint stalls one step at most
-            m, rs, scores, turn_r, (at, asum), bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
-                                                     pos, sim, rl_judge, a, step, bad)
-        m["elapsed"] = time.time() - t_start
-        log(m)
-        rows = [{"step": step, "group": r.group, "question": r.task.question, "turns": r.turns, "stop": r.stop,
-                 **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum", "redundant") if k in s},
-                 "r_turn": turn_r[i], "adv_tool": float(at[i]), "adv_sum": float(asum[i])}
-                for i, (r, s) in enumerate(zip(rs, scores))]
-        for row in gather(rows):
-            log(row, "rollouts")
-        if main_rank:
-            tqdm.write(f"step {step}: score {m['score']:.3f} process {m['process']:.3f} summary {m['summary']:.3f} "
-                       f"tool_turns {m['tool_turns']:.2f} kl {m['kl']:.4f} clip {m['clip_frac']:.3f} "
-                       f"conflict {m['sign_conflict']:.2f}")
-            for r, s in list(zip(rs, scores))[:: max(1, len(rs) // max(1, a.show))][:a.show]:
-                tqdm.write(f"  [{s['score']:+.2f} tool {s['r_tool']:.2f} sum {s['r_sum']:.2f} {r.stop}] "
-                           f"{r.task.question[:80]!r}\n    -> {r.text[-300:]!r}")
-        if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
-            run_eval(f"step {step + 1}", step + 1)
-        if a.save_every and (step + 1) % a.save_every == 0 and step + 1 < steps:
-            save_checkpoint(model, opt, a, step + 1, order, rank, sizes())
-            saved = step + 1
-    halt(steps)
 
-    if steps:  # also when a stop came after the last step: the resumed run has no step left but this
-        table["after RL"] = run_eval("after RL", steps)
-    save_final(model, tok, final, rank, info={"rl_steps": steps, "logs": sizes()})
+def log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, show):
+    """Log the step's metrics and every rollout (gathered from all ranks), print a line and `show` rollouts."""
+    logs.write(m)
+    at, asum = advs
+    rows = [{"step": step, "group": r.group, "question": r.task.question, "turns": r.turns, "stop": r.stop,
+             **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum", "redundant") if k in s},
+             "r_turn": turn_r[i], "adv_tool": float(at[i]), "adv_sum": float(asum[i])}
+            for i, (r, s) in enumerate(zip(rs, scores))]
+    for row in gather(rows):
+        logs.write(row, "rollouts")
     if main_rank:
-        if all(table.values()):
-            print(format_table(table))
-        print(f"done in {time.time() - t_start:.0f}s; checkpoint in {final}")
-    for f in files.values():
-        f.close()
+        tqdm.write(f"step {step}: score {m['score']:.3f} process {m['process']:.3f} summary {m['summary']:.3f} "
+                   f"tool_turns {m['tool_turns']:.2f} kl {m['kl']:.4f} clip {m['clip_frac']:.3f} "
+                   f"conflict {m['sign_conflict']:.2f}")
+        for r, s in list(zip(rs, scores))[:: max(1, len(rs) // max(1, show))][:show]:
+            tqdm.write(f"  [{s['score']:+.2f} tool {s['r_tool']:.2f} sum {s['r_sum']:.2f} {r.stop}] "
+                       f"{r.task.question[:80]!r}\n    -> {r.text[-300:]!r}")
 
 
 if __name__ == "__main__":

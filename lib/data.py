@@ -71,12 +71,16 @@ else downloaded with huggingface_hub.
 Prompt length. The release drops prompts over 24,576 tokens; `drop_long(tasks, n_tokens)`
 does the same with the caller's token counter and says how many went.
 
+RL order. `data_order(n, epochs, seed)` is the RL prompts' order over all epochs, one seeded
+shuffle per epoch (train.py saves it in every checkpoint).
+
     python -m lib.data data/world/rl.jsonl data/world/sft.jsonl    # load files, print a summary
     python -m lib.data release                                      # fetch the release's splits, summarize
 """
 import ast
 import json
 import logging
+import random
 import re
 import sys
 from dataclasses import dataclass, field
@@ -167,6 +171,18 @@ def drop_long(items, n_tokens, max_tokens=MAX_PROMPT_TOKENS):
     """
     kept = [x for x in items if n_tokens(x) <= max_tokens]
     return kept, len(items) - len(kept)
+
+
+def data_order(n, epochs, seed):
+    """The RL prompts' order over all epochs: one seeded shuffle of range(n) per epoch, end to
+    end (the first epoch's is the order one epoch always had). Saved in every checkpoint, so a
+    resumed run takes the same prompts in every epoch."""
+    rng, order = random.Random(seed), []
+    for _ in range(epochs):
+        perm = list(range(n))
+        rng.shuffle(perm)
+        order += perm
+    return order
 
 
 def release_files():

@@ -13,9 +13,15 @@ normaliser, the metrics and the records across ranks.
 Precision: the trained weights, their gradients and AdamW's state stay float32; `autocast`
 runs the forward passes in --dtype.
 
+`rank_prompts` gives each rank an equal share of every mini-batch's prompts; `deterministic`
+turns on torch's deterministic algorithms on CPU, so a one-thread run repeats bit for bit.
+
 Run folder: `lock` lets one run at a time use an --out (an flock the kernel drops when the
 process dies). `writing` turns a failed write (read-only folder, full disk) into one line naming
 the path, removing the half-written temporary folder; nothing written earlier is touched.
+`open_run` starts a run in its folder, or checks the one --resume continues. `stop_requests`
+turns SIGTERM and SIGINT into a request that the run stops at its next step boundary
+(`stop_if_asked`, agreed over ranks, checkpoints there and exits with 128 + the signal).
 
 Checkpoints: ckpt/step-N/ is written to ckpt/.tmp-step-N and renamed, so a folder that
 exists is complete; it holds the whole model and optimizer state (gathered to rank 0), every
@@ -34,6 +40,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -43,18 +50,17 @@ from safetensors import SafetensorError, safe_open
 RESUME_FREE = {"resume", "overwrite", "show", "device", "out"}  # flags a resumed run may change (a run folder may move)
 
 
-def setup_dist(a):
-    """Join the process group when launched by torchrun; returns (rank, world)."""
+def setup_dist(device=None):
+    """Join the process group when launched by torchrun; returns (rank, world, device): `device`
+    (default cuda when there is one, else cpu) in one process, this rank's GPU or cpu under torchrun."""
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        return 0, 1
-    cuda = torch.cuda.is_available() and (a.device or "cuda").startswith("cuda")
+        return 0, 1, device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = torch.cuda.is_available() and (device or "cuda").startswith("cuda")
     if cuda:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     die_with_agent()
     dist.init_process_group("nccl" if cuda else "gloo")
-    a.device = f"cuda:{os.environ['LOCAL_RANK']}" if cuda else "cpu"
-    return dist.get_rank(), dist.get_world_size()
+    return dist.get_rank(), dist.get_world_size(), f"cuda:{os.environ['LOCAL_RANK']}" if cuda else "cpu"
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -95,6 +101,14 @@ def barrier():
         dist.barrier()
 
 
+def rank_prompts(n, mini_batch, rank, world):
+    """Positions (in the step's list of n prompts) that this rank takes: an equal share of
+    every mini-batch, so the union over ranks of each rank's k-th mini-batch is the
+    single-process k-th mini-batch and the update is the same."""
+    share = mini_batch // world
+    return [k + rank * share + i for k in range(0, n, mini_batch) for i in range(share)]
+
+
 def shard(model, dtype):
     """FSDP2: one unit per decoder layer (the model's `_no_split_modules`), then the root,
     gathering parameters in the compute dtype and reducing gradients in float32; a no-op in a
@@ -122,12 +136,20 @@ def as_forward(model, fn):
     return model.root_call(fn) if hasattr(model, "root_call") else fn()
 
 
-def autocast(a):
-    """Compute in --dtype while the trained weights, their gradients and AdamW's state stay in
+def autocast(dtype, device):
+    """Compute in `dtype` (a torch dtype's name) on `device` while the trained weights, their gradients and AdamW's state stay in
     float32 (a bf16 weight cannot take a 1e-6 step: its spacing near 0.02 is about 1e-4)."""
-    if a.dtype == "float32":
+    if dtype == "float32":
         return nullcontext()
-    return torch.autocast(torch.device(a.device).type, dtype=getattr(torch, a.dtype))
+    return torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype))
+
+
+def deterministic(device):
+    """On CPU, torch's deterministic algorithms. Without them, the backward of the rows' read of
+    their group's shared prompt keys and values (lib/logprobs.py) adds the rows in whatever order
+    the threads get there, and two-thread runs differ even on an idle machine."""
+    if torch.device(device).type == "cpu":
+        torch.use_deterministic_algorithms(True)
 
 
 @contextmanager
@@ -224,6 +246,89 @@ def lock(out, rank):
     return f
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # what a scheduler sends before it kills a job; Ctrl-C
+
+
+@contextmanager
+def stop_requests():
+    """SIGTERM and SIGINT ask the run to stop: the handler only records the signal (in the list
+    yielded), and the run stops at its next step boundary. A second signal acts as it would
+    have without this (SIGTERM kills, SIGINT raises KeyboardInterrupt)."""
+    got = []
+    if threading.current_thread() is not threading.main_thread():  # Python delivers signals to the main thread only
+        yield got
+        return
+
+    def handler(sig, frame):
+        got.append(sig)
+        signal.signal(sig, old[sig])
+
+    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield got
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def stop_signal(got):
+    """The stop signal that any rank got, else 0; every rank calls this at the same boundary."""
+    return max(gather([got[0] if got else 0]))
+
+
+def stop_if_asked(got, main_rank, out=None, step=None, steps=None, checkpoint=None):
+    """At a boundary: when a stop signal came (stop_signal), exit with 128 + its number, after
+    `checkpoint(step)` when given (an RL step boundary that is not on disk yet). step None:
+    during SFT, which --resume redoes."""
+    sig = stop_signal(got)
+    if not sig:
+        return
+    if checkpoint:
+        checkpoint(step)
+    if main_rank and step is None:
+        print(f"stopped by {signal.Signals(sig).name} during SFT; --resume redoes SFT from its start", flush=True)
+    elif main_rank:
+        print(f"stopped by {signal.Signals(sig).name} at RL step {step} of {steps} (a checkpoint is in "
+              f"{os.path.join(out, 'ckpt', f'step-{step}')}); continue with --resume", flush=True)
+    raise SystemExit(128 + sig)
+
+
+def open_run(out, config, resume, overwrite, main_rank):
+    """Start the run in `out` (which this process holds: `lock`) or check the one `resume`
+    continues, and print `config` (the run's flags, a dict). A fresh run writes config.json;
+    an earlier run's files need `resume` or `overwrite` (which removes them, not the lock).
+    False when the resumed run is finished (final/ exists): nothing to do."""
+    final = os.path.join(out, "final")
+    # rank 0's view, before it writes anything: another rank listing later would see its config.json
+    earlier = gather([main_rank and any(n != LOCK for n in os.listdir(out))])[0]
+    if resume:
+        check_resume(out, config)
+        if os.path.isdir(final):
+            if main_rank:
+                try:
+                    n = read_json(os.path.join(final, "run.json")).get("rl_steps", "?")
+                except Unusable:
+                    n = "?"
+                print(f"run in {out} already finished ({n} RL steps, model in {final}); nothing to do")
+            return False
+    elif not overwrite and earlier:
+        raise SystemExit(f"--out {out} holds an earlier run: pass --resume to continue it or --overwrite to replace it")
+    elif main_rank:
+        with writing(out):
+            for n in sorted(set(os.listdir(out)) - {LOCK}) if overwrite else []:  # not the lock this process holds
+                p = os.path.join(out, n)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p)
+                else:
+                    os.remove(p)
+            with open(os.path.join(out, "config.json"), "w") as f:
+                json.dump(config, f, indent=1)
+    barrier()
+    if main_rank:
+        print(json.dumps(config, indent=1))
+    return True
+
+
 CKPT_RE = re.compile(r"step-(\d+)$")
 
 
@@ -255,12 +360,12 @@ def save(obj, path):
         os.fsync(f.fileno())
 
 
-def save_checkpoint(model, opt, a, step, order, rank, logs=None):
-    """Weights, optimizer, every rank's RNG, the next step, the data order and `logs` (rank 0's
-    byte length of each log file), written to ckpt/.tmp-step-N and renamed. Keeps the last
-    --keep checkpoints up to this step (a later one, skipped as damaged on resume, is replaced
+def save_checkpoint(model, opt, out, config, keep, step, order, rank, logs=None):
+    """Weights, optimizer, every rank's RNG, the next step, the data order, `logs` (rank 0's
+    byte length of each log file) and `config` (the run's flags, a dict), written to
+    out/ckpt/.tmp-step-N and renamed. Keeps the last `keep` checkpoints up to this step (a later one, skipped as damaged on resume, is replaced
     when the run gets there)."""
-    folder = os.path.join(a.out, "ckpt")
+    folder = os.path.join(out, "ckpt")
     tmp, final = os.path.join(folder, f".tmp-step-{step}"), os.path.join(folder, f"step-{step}")
     msd, osd = full_state(model, opt)
     if rank == 0:
@@ -276,14 +381,14 @@ def save_checkpoint(model, opt, a, step, order, rank, logs=None):
             save({"model": msd, "optimizer": osd, "step": step, "order": order, "world": world(), "logs": logs},
                  os.path.join(tmp, "state.pt"))
         with writing(os.path.join(tmp, "config.json"), tmp), open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(vars(a), f, indent=1)
+            json.dump(config, f, indent=1)
     barrier()
     if rank == 0:
         with writing(final):
             if os.path.exists(final):
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            for old in [c for c in checkpoints(a.out) if int(CKPT_RE.search(c).group(1)) <= step][:-a.keep]:
+            for old in [c for c in checkpoints(out) if int(CKPT_RE.search(c).group(1)) <= step][:-keep]:
                 shutil.rmtree(old)
     barrier()
 
@@ -315,10 +420,10 @@ def save_final(model, tok, path, rank, info=None):
 
 # ---------------------------------------------------------------------------------------------
 # --resume: the config must match, and the newest checkpoint that reads back is the one used
-def config_diff(saved, a, where):
-    """One line naming the flags whose value in `saved` (a config dict) differs from this run's,
-    but for RESUME_FREE ones; '' when none."""
-    now = json.loads(json.dumps(vars(a)))
+def config_diff(saved, config, where):
+    """One line naming the flags whose value in `saved` differs from `config` (this run's; both
+    dicts), but for RESUME_FREE ones; '' when none."""
+    now = json.loads(json.dumps(config))
     diff = sorted(k for k in set(saved) | set(now) if k not in RESUME_FREE and saved.get(k) != now.get(k))
     if not diff:
         return ""
@@ -356,13 +461,13 @@ def check_folder(path):
             raise SystemExit(f"--resume: {why}: restore it, or start afresh with --overwrite") from None
 
 
-def check_resume(a):
-    """The saved config must equal this run's, but for RESUME_FREE flags."""
+def check_resume(out, config):
+    """The config saved in `out` must equal `config` (this run's), but for RESUME_FREE flags."""
     try:
-        saved = read_json(os.path.join(a.out, "config.json"))
+        saved = read_json(os.path.join(out, "config.json"))
     except Unusable as e:
         raise SystemExit(f"--resume: {e}") from None
-    diff = config_diff(saved, a, "the saved run")
+    diff = config_diff(saved, config, "the saved run")
     if diff:
         raise SystemExit(diff)
 
@@ -381,11 +486,11 @@ def read(path):
 STATE_KEYS = ("model", "optimizer", "step", "order", "world")
 
 
-def check_checkpoint(folder, model, a, rank):
+def check_checkpoint(folder, model, config, rank):
     """Read one checkpoint: (state, this rank's RNG state). Unusable when a file cannot be read
     back; SystemExit naming the difference when it belongs to another config, model shape or
     process count (a file copied in from elsewhere, not a damaged one)."""
-    diff = config_diff(read_json(os.path.join(folder, "config.json")), a, folder)
+    diff = config_diff(read_json(os.path.join(folder, "config.json")), config, folder)
     if diff:
         raise SystemExit(diff)
     path = os.path.join(folder, "state.pt")
@@ -414,14 +519,15 @@ def check_checkpoint(folder, model, a, rank):
     return state, rng
 
 
-def resume_point(out, model, a, rank):
-    """The newest checkpoint of `out` that reads back on every rank: (folder, state, this rank's
+def resume_point(out, model, config, rank):
+    """The newest checkpoint of `out` whose config matches `config` (a dict; see check_checkpoint)
+    and that reads back on every rank: (folder, state, this rank's
     RNG state), or None when there is no checkpoint. A damaged one is skipped, saying which and
     why; when none reads back, one line naming the newest one's file and what is wrong."""
     skipped = []
     for folder in reversed(checkpoints(out)):
         try:
-            state, rng = check_checkpoint(folder, model, a, rank)
+            state, rng = check_checkpoint(folder, model, config, rank)
             why = ""
         except Unusable as e:
             state, rng, why = None, None, str(e)

@@ -1,14 +1,14 @@
-"""SFT warm start (docs/method.md §7, stage 1) and the guarded optimizer step that SFT and RL share.
+"""SFT warm start (docs/method.md §7, stage 1).
 
-    warm_start(model, tok, convs, a, log)   # called by train.py before RL
+    warm_start(model, tok, convs, SFTConfig(...), log)   # called by train.py before RL
 
 Cross-entropy on assistant tokens only (`example` builds each conversation's ids and loss
 mask from the chat template message by message, with the encoders of rollout.py: content is
 plain text, the mask is 1 on assistant content and its eos by construction), token-mean over
 the optimizer step's batch, AdamW, cosine lr with linear warmup. Under torchrun each rank
 takes its share of every batch and the normaliser is summed over ranks, so the update equals
-the single-process one. `optimizer_step` clips the gradient and skips (and counts) an update
-whose loss or gradient norm is non-finite; --max-bad-updates in a row stop the run.
+the single-process one. The step is lib/optim.py's `optimizer_step` (clipped; a non-finite
+update is skipped and counted, `max_bad_updates` in a row stop the run).
 
     python -m pytest -q tests/test_train.py -k sft
 """
@@ -16,12 +16,14 @@ import math
 import random
 import re
 import warnings
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
 from lib.logprobs import token_logprobs
+from lib.optim import optimizer_step
 from lib.parallel import all_sum, world
 from lib.chat import mark, render, template_ids
 from lib.text import take_unencodable
@@ -72,61 +74,59 @@ def example(tok, messages, max_len):
     return ids[:max_len], mask[:max_len]
 
 
-def warm_start(model, tok, convs, a, log):
-    """Warm start: token-mean cross-entropy on assistant tokens, AdamW, cosine lr with warmup."""
+@dataclass
+class SFTConfig:
+    """The warm start's settings (train.py's --sft-* flags and the ones it shares with RL)."""
+    epochs: int            # passes over the conversations
+    lr: float              # peak lr, cosine decay after warmup
+    batch: int             # conversations per optimizer step
+    max_len: int           # token cutoff per conversation
+    warmup: float          # share of the steps spent warming up
+    weight_decay: float    # AdamW weight decay
+    micro_batch: int       # conversations per forward/backward
+    grad_clip: float       # gradient norm clip
+    max_bad_updates: int   # non-finite updates in a row before stopping
+    seed: int = 0          # the shuffle's seed
+    device: str | None = None  # where the batches go (None: torch's default)
+
+
+def warm_start(model, tok, convs, cfg, log):
+    """Warm start with SFTConfig `cfg`: token-mean cross-entropy on assistant tokens, AdamW, cosine
+    lr with warmup; `log(row)` gets one row per optimizer step."""
     take_unencodable()
-    data = [example(tok, c, a.sft_max_len) for c in tqdm(convs, desc="sft tokenize", leave=False)]
+    data = [example(tok, c, cfg.max_len) for c in tqdm(convs, desc="sft tokenize", leave=False)]
     if replaced := take_unencodable():
         warnings.warn(f"SFT data: {replaced} unencodable code points (lone surrogates) became U+FFFD")
-    steps = a.sft_epochs * math.ceil(len(data) / a.sft_batch)
-    warm = max(1, int(a.sft_warmup * steps))
-    opt = torch.optim.AdamW(model.parameters(), lr=a.sft_lr, weight_decay=a.sft_weight_decay)
+    steps = cfg.epochs * math.ceil(len(data) / cfg.batch)
+    warm = max(1, int(cfg.warmup * steps))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
-    rng = random.Random(a.seed)
+    rng = random.Random(cfg.seed)
     rank = dist.get_rank() if dist.is_initialized() else 0
     model.train()
     bar = tqdm(total=steps, desc="sft", disable=rank > 0)
     bad = 0
-    for epoch in range(a.sft_epochs):
+    for epoch in range(cfg.epochs):
         order = list(range(len(data)))
         rng.shuffle(order)
-        for s in range(0, len(order), a.sft_batch):
-            rows = [data[i] for i in order[s:s + a.sft_batch]]
+        for s in range(0, len(order), cfg.batch):
+            rows = [data[i] for i in order[s:s + cfg.batch]]
             n = all_sum(float(sum(sum(m) for _, m in rows)))  # tokens of the whole batch
             rows = rows[rank::world()]                         # this rank's share
             total = 0.0
-            for m0 in range(0, len(rows), a.micro_batch):
-                part = rows[m0:m0 + a.micro_batch]
+            for m0 in range(0, len(rows), cfg.micro_batch):
+                part = rows[m0:m0 + cfg.micro_batch]
                 L = max(len(x) for x, _ in part)
-                ids = torch.tensor([x + [tok.pad_token_id] * (L - len(x)) for x, _ in part], device=a.device)
-                attn = torch.tensor([[1] * len(x) + [0] * (L - len(x)) for x, _ in part], device=a.device)
-                mask = torch.tensor([m + [0] * (L - len(m)) for _, m in part], device=a.device)  # (b, L)
+                ids = torch.tensor([x + [tok.pad_token_id] * (L - len(x)) for x, _ in part], device=cfg.device)
+                attn = torch.tensor([[1] * len(x) + [0] * (L - len(x)) for x, _ in part], device=cfg.device)
+                mask = torch.tensor([m + [0] * (L - len(m)) for _, m in part], device=cfg.device)  # (b, L)
                 loss = -token_logprobs(model, ids, attn, mask).sum() / max(n, 1)  # token-mean over the step
                 (loss * world()).backward()  # FSDP averages gradients over ranks
                 total += loss.item()
-            bad, _, _ = optimizer_step(model, opt, all_sum(total), a, bad)
+            bad, _, _ = optimizer_step(model, opt, all_sum(total), cfg.grad_clip, cfg.max_bad_updates, bad)
             sched.step()
             bar.update()
             bar.set_postfix(loss=f"{total:.3f}")
             log({"stage": "sft", "epoch": epoch, "loss": total, "lr": sched.get_last_lr()[0]})
     bar.close()
-
-
-def optimizer_step(model, opt, loss, a, bad):
-    """Clip and step, unless the loss or the gradient norm is non-finite: then the update is
-    skipped. Returns (non-finite updates in a row, grad norm, stepped); stops the run at
-    --max-bad-updates."""
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
-    norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-    stepped = math.isfinite(loss) and math.isfinite(norm)
-    if stepped:
-        opt.step()
-        bad = 0
-    else:
-        bad += 1
-        if bad >= a.max_bad_updates:
-            raise SystemExit(f"stopping: {bad} non-finite updates in a row (loss {loss}, grad norm {norm}); "
-                             "the weights were not changed by any of them")
-    opt.zero_grad(set_to_none=True)
-    return bad, norm, stepped

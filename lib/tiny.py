@@ -21,6 +21,7 @@ from lib.chat import TOOLS_HEAD, TOOLS_TAIL
 
 
 
+SIZE = (128, 2, 4)  # hidden size, layers, attention heads of the demo model (train.py --tiny-size)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # Qwen2.5's: pad, turn start, eos
 # Qwen2.5 also keeps these as single (non-special) tokens, so a turn can stop on </tool_call>
 MARKUP = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
@@ -113,7 +114,7 @@ def build_tokenizer(texts, vocab_size=2048):
     return hf
 
 
-def build_model(tokenizer, seed=0, hidden=128, layers=2, heads=4):
+def build_model(tokenizer, seed=0, hidden=SIZE[0], layers=SIZE[1], heads=SIZE[2]):
     """A randomly initialised Qwen2 sized for a CPU (~0.55M parameters at the defaults on the shipped world)."""
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=3 * hidden,
@@ -134,7 +135,7 @@ def world_texts(tasks, convs):
         yield from (encodable(m["content"]) for m in c)
 
 
-def build(out, texts, seed=0, hidden=128, layers=2, heads=4, vocab_size=2048):
+def build(out, texts, seed=0, hidden=SIZE[0], layers=SIZE[1], heads=SIZE[2], vocab_size=2048):
     """Train the tokenizer on `texts`, build the model, save both under `out`."""
     tok = build_tokenizer(texts, vocab_size)
     model = build_model(tok, seed, hidden, layers, heads)

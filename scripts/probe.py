@@ -57,7 +57,7 @@ def probe(size, p):
     prompt = torch.randint(0, cfg.vocab_size, (p.prompts, T), device=p.device).repeat_interleave(p.group_size, 0)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     times = {}
-    with parallel.autocast(a):
+    with parallel.autocast(a.dtype, a.device):
         sync()
         t = time.time()
         model.config.use_cache = True

@@ -61,7 +61,7 @@ ALGOS = {  # name -> train.py flags (docs/method.md §7 ablations)
     "slca": ["--algo", "slca", "--grad-cosine"],    # --grad-cosine: the paper's diagnostic, logged per step
     "grpo": ["--algo", "grpo", "--grad-cosine"],    # w/o SLCA
     "toolpo": ["--algo", "toolpo"],                 # the release's additive baseline
-    "no-hierr": ["--algo", "slca", "--no-hierr"],   # w/o HierR: all process weights 0
+    "no-hierr": ["--algo", "slca", "--hierr-weights", "0", "0", "0", "0", "0"],  # w/o HierR: all process weights 0
     "no-sgls": ["--algo", "slca", "--no-sgls"],     # w/o SGLS: no tool definition, no checks 2-4
 }
 NOISE_ALGOS = ["slca", "grpo"]
@@ -147,7 +147,8 @@ def curves(run):
     for r in read(os.path.join(run, "rollouts.jsonl")):
         by_step.setdefault(r["step"], []).append(r["process"] >= 0.9)
     with open(os.path.join(run, "config.json")) as f:
-        blind = json.load(f).get("no_hierr")  # w/o HierR logs S_process with all weights 0: no curve
+        cfg = json.load(f)  # w/o HierR logs S_process with all weights 0: no curve (no_hierr: a run of an older version)
+    blind = cfg.get("no_hierr") or not any(cfg.get("hierr_weights", [1]))
     return [{"step": s, "success": None if blind else sum(by_step.get(s, [])) / max(1, len(by_step.get(s, []))),
              "tool_turns": m["tool_turns"], "sign_conflict": m["sign_conflict"],
              "turn_conflict": m.get("turn_conflict"), "grad_cosine": m.get("grad_cosine")}

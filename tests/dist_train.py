@@ -31,8 +31,8 @@ def ppo_update(model, opt, batch, old, ref, A, a, bad):
     return stats, bad
 
 
-def save_checkpoint(model, opt, a, step, order, rank, *rest):
-    real_save(model, opt, a, step, order, rank, *rest)
+def save_checkpoint(model, opt, out, config, keep, step, order, rank, *rest):
+    real_save(model, opt, out, config, keep, step, order, rank, *rest)
     if kill_after and step == int(kill_after) and rank == 0:
         os.kill(os.getppid(), signal.SIGKILL)
 

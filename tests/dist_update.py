@@ -2,7 +2,7 @@
 test (tests/test_distributed.py): `torchrun --nproc_per_node N tests/dist_update.py OUT`.
 
 Every rank builds the same global batch (4 prompts × G = 2 rollouts, seeded) and keeps the
-rows of its prompts (train.rank_prompts); with N > 1 the policy is sharded with FSDP2 on the
+rows of its prompts (lib.parallel.rank_prompts); with N > 1 the policy is sharded with FSDP2 on the
 gloo backend. As in train.rl_step, the policy first runs a forward under `gathered` (the
 sampling), then the update. Rank 0 saves (weights, loss, grad norm) of each case in CASES to
 OUT: both loss aggregations on rows of random ids, token-mean on rows whose G rollouts share
@@ -48,7 +48,7 @@ def update(case, rank=0, world=1):
     old = -torch.rand(P * G, L) * resp                                    # (B, L)
     ref = -torch.rand(P * G, L) * resp
     A = torch.randn(P * G, L) * resp
-    rows = [p * G + g for p in train.rank_prompts(P, a.mini_batch, rank, world) for g in range(G)]
+    rows = [p * G + g for p in parallel.rank_prompts(P, a.mini_batch, rank, world) for g in range(G)]
     model = parallel.shard(model, a.dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay, eps=EPS)
     with parallel.gathered(model), torch.no_grad():                      # as rl_step: sampling, then the update
@@ -59,7 +59,7 @@ def update(case, rank=0, world=1):
 
 if __name__ == "__main__":
     a = train.get_args(["--data", "data/world/rl.jsonl", "--device", "cpu"])
-    rank, world = parallel.setup_dist(a)
+    rank, world, a.device = parallel.setup_dist(a.device)
     out = {case: update(case, rank, world) for case in CASES}
     if rank == 0:
         torch.save(out, sys.argv[1])

@@ -94,12 +94,12 @@ def one_process(out, rec, argv):
     model = load_policy(os.path.join(out, "sft"), "float32", "cpu", a.grad_ckpt)[0]
     ref_model = load_policy(os.path.join(out, "sft"), a.dtype, "cpu")[0].eval()
     x, groups = (batch["input_ids"], batch["attention_mask"], batch["response_mask"]), torch.arange(len(A)) // a.group_size
-    with torch.no_grad(), autocast(a):                                      # as rl_step's no-grad passes
+    with torch.no_grad(), autocast(a.dtype, a.device):                      # as rl_step's no-grad passes
         ref_diff = (logprobs.token_logprobs(ref_model, *x, groups=groups, rows=logprobs.NO_GRAD_ROWS) - ref).abs().max()
         old_diff = (logprobs.token_logprobs(model.eval(), *x, groups=groups, rows=logprobs.NO_GRAD_ROWS)
                     * batch["response_mask"] - old).abs().max()
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
-    with autocast(a):
+    with autocast(a.dtype, a.device):
         stats, _ = train.ppo_update(model, opt, batch, old, ref, A, a, 0)
     return parts[0]["stats"], stats, model.state_dict(), float(ref_diff), float(old_diff)
 

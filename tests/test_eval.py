@@ -18,6 +18,7 @@ import bench.__main__ as B
 from bench import hermes, models
 from lib.data import Task
 from helpers import tiny_model, tokenizer
+import rewards
 from rewards import FactsJudge
 
 INSTALL = ("benchmark extra not installed: pip install -r requirements-bench.txt && "
@@ -83,7 +84,7 @@ def test_score_rollouts_on_fixture_rollouts():
     rs = [fixture_rollout(task, obs, (CALL % 1, obs), ("f of 1 is 42, as asked.", [])),   # perfect
           fixture_rollout(task, [], ("I believe the answer is 42.", [])),                  # omission
           fixture_rollout(task, obs, (CALL % 2, obs), ("f of 2 is 7, there you go.", []))]  # wrong value, bad summary
-    scores = E.score_rollouts(rs, FactsJudge())
+    scores = rewards.score_rollouts(rs, FactsJudge())
     assert [s["process"] for s in scores] == pytest.approx([1.0, 0.0, 0.8])  # 0.8 = all but value (0.20)
     assert [s["summary"] for s in scores] == pytest.approx([1.0, 0.0, 0.0])
     assert [s["score"] for s in scores] == pytest.approx([2.0, -0.5, 0.8])
@@ -102,10 +103,10 @@ def test_score_rollouts_judges_the_real_tool_responses_only():
                 question="What is f of 1?", parallel_type="single_step_single_tool", facts=["42"])
     seen = ["Error when executing tool: timed out"]
     r = fixture_rollout(task, [], (CALL % 1, seen), ("f of 1 is 42, as asked.", []), failed=1)
-    s, = E.score_rollouts([r], FactsJudge())
+    s, = rewards.score_rollouts([r], FactsJudge())
     assert s["summary"] == 0.0 and s["process"] == pytest.approx(1.0) and s["sim_failed"] == 1
     r.responses = ['{"y": 42}']
-    s, = E.score_rollouts([r], FactsJudge(), lam_tool=2.0)
+    s, = rewards.score_rollouts([r], FactsJudge(), lam_tool=2.0)
     assert s["summary"] == 1.0 and s["score_norm"] == pytest.approx(1.0)
     assert E.summarize([s])["all"]["sim_failed"] == 1
 
@@ -123,7 +124,7 @@ def test_bonus_rows_get_the_redundant_call_rate():
           fixture_rollout(task, obs, (CALL % 1 + '<tool_call>{"name": "g", "arguments": "{}"}</tool_call>', obs),
                           ("f of 1 is 42, as asked.", [])),                                   # invalid g call: not made
           fixture_rollout(plain, obs, (CALL % 1, obs), (g, extra), ("f of 1 is 42, and z is 7.", []))]
-    scores = E.score_rollouts(rs, FactsJudge())
+    scores = rewards.score_rollouts(rs, FactsJudge())
     assert [s.get("redundant") for s in scores] == [1.0, 0.0, 0.0, None]
     b = E.summarize(scores)["bonus"]
     assert b["n"] == 3 and b["redundant"] == pytest.approx(1 / 3)

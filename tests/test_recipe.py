@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import eval as E
+import advantage
 import rewards
 from lib import sft
 import train
-from lib.data import Task, load_sft
+from lib.data import Task, data_order, load_sft
 from helpers import CALL, tiny_model, tokenizer, write_world
 
 RELEASE_FILES = {"rl": "data/world/rl.jsonl", "eval": "data/world/eval.jsonl", "sft": "data/world/sft.jsonl"}
@@ -56,13 +56,13 @@ def test_bad_recipe_flags_name_the_flag(argv, message, capsys):
 
 
 def test_each_epoch_has_its_own_seeded_order():
-    order = train.data_order(10, 3, seed=4)
+    order = data_order(10, 3, seed=4)
     first = list(range(10))
     random.Random(4).shuffle(first)
     assert order[:10] == first                                      # epoch 0: the order one epoch always had
     epochs = [order[e * 10:(e + 1) * 10] for e in range(3)]
     assert all(sorted(e) == list(range(10)) for e in epochs) and len({tuple(e) for e in epochs}) == 3
-    assert train.data_order(10, 3, seed=4) == order and train.data_order(10, 3, seed=5) != order
+    assert data_order(10, 3, seed=4) == order and data_order(10, 3, seed=5) != order
 
 
 def test_sft_takes_its_own_weight_decay(monkeypatch, tmp_path):
@@ -76,7 +76,7 @@ def test_sft_takes_its_own_weight_decay(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.optim, "AdamW", adamw)
     rl, sft_path = write_world(tmp_path, n_sft=2)
     a = train.get_args(["--data", rl, "--sft-batch", "2", "--sft-epochs", "1", "--sft-weight-decay", "0"])
-    sft.warm_start(tiny_model(), tokenizer(), load_sft(sft_path), a, lambda row: None)
+    sft.warm_start(tiny_model(), tokenizer(), load_sft(sft_path), train.sft_config(a), lambda row: None)
     assert seen == [0.0] and a.weight_decay == 0.01                 # RL keeps its own 0.01
 
 
@@ -113,16 +113,16 @@ def test_release_gate_opens_on_any_tool_response_block():
                 question="What is f of 1?", parallel_type="single_step_single_tool", facts=["42"])
     error = "Tool 'g' not found in the current available tools set."
     r = decoded_rollout(task, [(CALL.replace('"f"', '"g"'), [error]), ("I think f of 1 is 42, as asked.", [])], [])
-    real, = E.score_rollouts([r], rewards.FactsJudge())
-    release, = E.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tokenizer())
+    real, = rewards.score_rollouts([r], rewards.FactsJudge())
+    release, = rewards.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tokenizer())
     assert real["summary"] == 0.0 and release["summary"] == 1.0    # the error observation opens the release's gate
     assert real["process"] == release["process"]
     seen = []
     judge = SimpleNamespace(rate=lambda q, responses, *rest: seen.append(responses) or 5)
-    E.score_rollouts([r], judge, gate="release", tok=tokenizer())
+    rewards.score_rollouts([r], judge, gate="release", tok=tokenizer())
     assert seen == [[error]]                                        # and the judge sees it as a tool response
     with pytest.raises(ValueError, match="gate"):
-        E.score_rollouts([r], judge, gate="release")
+        rewards.score_rollouts([r], judge, gate="release")
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,8 +246,8 @@ def test_release_gate_judges_a_turn_cut_at_the_cap():
     capped = "f of 1 is 42, one more. " + CALL.replace("1", "2")    # the last turn holds a call: cut at the cap
     r = decoded_rollout(task, [(CALL, ['{"y": 42}']), (capped, [])], ['{"y": 42}'])
     r.final = ""                                                    # Rollout.final of such a turn
-    real, = E.score_rollouts([r], rewards.FactsJudge())
-    release, = E.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tokenizer())
+    real, = rewards.score_rollouts([r], rewards.FactsJudge())
+    release, = rewards.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tokenizer())
     assert real["summary"] == 0.0 and release["summary"] == 1.0     # the release rates the text after the response
 
 
@@ -257,14 +257,14 @@ def test_decoded_reward_input_scores_a_call_inside_a_tool_response():
     task = Task(messages=[], tools=[], allowed_tools=["f"], gold=[[{"name": "f", "arguments": {"x": 1}}]],
                 question="What is f of 1?", parallel_type="single_step_single_tool", facts=["42"])
     r = decoded_rollout(task, [("I will not call anything, here is my answer.", [CALL])], [])
-    policy, = E.score_rollouts([r], rewards.FactsJudge(), tok=tokenizer())
-    decoded, = E.score_rollouts([r], rewards.FactsJudge(), tok=tokenizer(), reward_input="decoded")
+    policy, = rewards.score_rollouts([r], rewards.FactsJudge(), tok=tokenizer())
+    decoded, = rewards.score_rollouts([r], rewards.FactsJudge(), tok=tokenizer(), reward_input="decoded")
     assert policy["score"] == rewards.OMISSION_SCORE               # the policy wrote no call
     assert decoded["process"] == 1.0                                # the release counts the observation's call
     assert train.get_args(["--reward-input", "decoded"]).reward_input == "decoded"
     assert train.get_args([]).reward_input == "policy"
     with pytest.raises(ValueError, match="reward_input"):
-        E.score_rollouts([r], rewards.FactsJudge(), reward_input="decoded")
+        rewards.score_rollouts([r], rewards.FactsJudge(), reward_input="decoded")
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,13 +272,12 @@ def test_decoded_reward_input_scores_a_call_inside_a_tool_response():
 def test_group_stats_release_reaches_the_advantages():
     scores = [dict(r_tool=0.9, r_sum=0.9, score=0.9, r_succ=1.0, r_action=1.0)] * 16 + \
         [dict(r_tool=0.7, r_sum=0.5, score=0.7, r_succ=1.0, r_action=1.0)]
-    batch = {"tool_mask": torch.tensor([[1.0, 1.0, 0.0]] * 17), "summary_mask": torch.tensor([[0.0, 0.0, 1.0]] * 17),
-             "response_mask": torch.tensor([[1.0, 1.0, 1.0]] * 17)}
-    gids, keep, turns = torch.tensor([0] * 16 + [1]), torch.ones(17, dtype=torch.bool), [[]] * 17
+    tool, summary = torch.tensor([[1.0, 1.0, 0.0]] * 17), torch.tensor([[0.0, 0.0, 1.0]] * 17)
+    gids, keep = torch.tensor([0] * 16 + [1]), torch.ones(17, dtype=torch.bool)
     for algo in ("slca", "grpo"):
-        exact = train.advantages(scores, turns, batch, gids, keep, train.get_args(["--algo", algo, "--device", "cpu"]))[0]
-        release = train.advantages(scores, turns, batch, gids, keep, train.get_args(
-            ["--algo", algo, "--device", "cpu", "--group-stats", "release"]))[0]
+        exact = advantage.token_advantages(algo, scores, [[]] * 17, tool + summary, tool, summary, keep, gids)[0]
+        release = advantage.token_advantages(algo, scores, [[]] * 17, tool + summary, tool, summary, keep, gids,
+                                             stats="release")[0]
         assert exact.abs().max() == 0 and release[:16].abs().min() > 0.01    # float32 noise on equal rewards
         assert release[16].tolist() == ([0.0] * 3 if algo == "slca" else pytest.approx([0.7 / (1 + 1e-6)] * 3))
 

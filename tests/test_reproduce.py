@@ -34,11 +34,11 @@ def test_compare_runs_every_algorithm_from_one_sft_start_per_seed(tmp_path, caps
             # RL only, from the seed's SFT start
             assert cfg["model"] == str(start) and cfg["sft_data"] == "" and cfg["steps"] == 2
             assert (run / "final").is_dir() and not (run / "sft").exists()
-            configs.append({k: v for k, v in cfg.items() if k not in ("algo", "no_hierr", "no_sgls", "grad_cosine", "out")})
+            configs.append({k: v for k, v in cfg.items() if k not in ("algo", "hierr_weights", "no_sgls", "grad_cosine", "out")})
         assert all(c == configs[0] for c in configs)  # the same steps, prompts, G, lr and budgets
         assert len({json.dumps(reproduce.evals(out / f"{n}-s{seed}")["before RL"]) for n in reproduce.ALGOS}) == 1
     assert json.loads((out / "grpo-s0" / "config.json").read_text())["algo"] == "grpo"
-    assert json.loads((out / "no-hierr-s1" / "config.json").read_text())["no_hierr"] is True
+    assert json.loads((out / "no-hierr-s1" / "config.json").read_text())["hierr_weights"] == [0.0] * 5
     table = (out / "table.md").read_text()
     assert "| SFT start |" in table and "| toolpo |" in table and " ± " in table and "wall time" in table
     assert "kept from earlier" not in table

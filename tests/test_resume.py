@@ -364,10 +364,9 @@ def test_a_read_only_out_is_one_line(tmp_path):
 def test_the_shared_prompt_backward_is_bit_identical_at_two_threads():
     """What made two-thread runs differ: the backward of the rows' read of their group's prompt
     keys and values adds the rows in thread order, unless train.py's deterministic mode is on."""
-    import train
     from lib.logprobs import token_logprobs
     was, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
-    train.deterministic("cpu")
+    parallel.deterministic("cpu")
     torch.set_num_threads(2)
     try:
         model = tiny_model().train()

@@ -8,7 +8,9 @@ import torch
 
 import lib.model
 from lib import logprobs, sft
+import advantage
 import train
+from lib.files import json_safe
 from helpers import CALL, tiny_model, tokenizer, verl_row, write_jsonl, write_world
 
 
@@ -64,7 +66,7 @@ def test_sft_loss_falls(world):
     from lib.data import load_sft
     rows = []
     model = tiny_model()
-    sft.warm_start(model, tokenizer(), load_sft(sft_path), a, rows.append)
+    sft.warm_start(model, tokenizer(), load_sft(sft_path), train.sft_config(a), rows.append)
     losses = [r["loss"] for r in rows]
     assert len(losses) == 16 and all(math.isfinite(x) for x in losses)
     assert losses[-1] < 0.5 * losses[0]
@@ -183,7 +185,7 @@ def test_too_many_bad_updates_stop_the_run(world, monkeypatch):
 
 
 def test_strict_json_turns_non_finite_numbers_into_null():
-    row = train.strict({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}, "e": "x"})
+    row = json_safe({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}, "e": "x"})
     assert json.dumps(row, allow_nan=False) == '{"a": null, "b": [null, 1.5], "c": {"d": null}, "e": "x"}'
 
 
@@ -490,16 +492,16 @@ def test_turn_table_presence_needs_one_run_per_turn():
                          [0, 1, 0, 1, 1, 0, 0],    # three turns logged, two runs (a turn sampled nothing)
                          [0, 0, 0, 0, 0, 0, 0],    # dropped: its mask was zeroed
                          [0, 1, 1, 1, 0, 0, 0]])   # summary only: no tool turn
-    r, present = train.turn_table([[0.5, 1.0], [0.25, 0.75], [1.0], []], mask)
+    r, present = advantage.turn_table([[0.5, 1.0], [0.25, 0.75], [1.0], []], mask)
     assert r.tolist() == [[0.5, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]
     assert present.tolist() == [[True, True], [False, False], [False, False], [False, False]]
-    assert [t.shape for t in train.turn_table([[], []], mask[:2])] == [(2, 0), (2, 0)]
+    assert [t.shape for t in advantage.turn_table([[], []], mask[:2])] == [(2, 0), (2, 0)]
 
 
 def test_turn_stats_count_nonzero_turns_and_opposite_signs():
     adv_turn = torch.tensor([[0.7, -0.7], [-0.7, 0.0], [0.0, 0.0], [0.5, 0.2]])
     adv_tool = torch.tensor([1.0, 1.0, -1.0, 0.0])
-    assert train.turn_stats(adv_turn, adv_tool) == {"turn_n": 5.0, "turn_conflict": 2.0}
+    assert advantage.turn_stats(adv_turn, adv_tool) == {"turn_n": 5.0, "turn_conflict": 2.0}
 
 
 @pytest.mark.slow
