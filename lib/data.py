@@ -28,10 +28,17 @@ one assistant turn holding ONE `<tool_call>\\n[...]\\n</tool_call>` block with t
 {"name", "arguments"}; a run of tool_response messages is one user turn of
 `<tool_response>\\n...\\n</tool_response>` blocks; when no system message holds <tools>, the
 row's tools go into the system message as `lib.chat.tools_prompt` writes them (after the system
-text, if any). Consecutive assistant turns (a text and the call after it) are one turn, their
-texts joined with "\n" (`turns="merge"`, what rollouts see); `turns="release"` keeps them
-apart as LLaMA-Factory's data does, each trained with its own end token. Consecutive user
-turns are joined either way.
+text, if any). Consecutive turns of one role (an assistant's text and the call after it)
+are one turn, their texts joined with "\n" (`turns="merge"`, what rollouts see).
+`turns="release"` applies the rule of LLaMA-Factory, which ran the release's SFT (its
+sharegpt converter with the release's dataset_info.json tags): after the system message the
+roles must alternate user-side (user, tool_response) and assistant-side (assistant,
+tool_call), starting with the user and ending with the assistant, else the row is skipped as
+abnormal. So every row with a text before a call, a parallel step (the release's JSON writes
+one tool_call message per call) or two tool responses in a row is dropped, and counted
+(`Loaded.abnormal`, warned). As shipped, the release's JSON holds `messages` as a JSON string,
+which that converter would iterate character by character: the release's own SFT input could
+not have been exactly this file.
 
 Simplifications, on purpose (flags):
 - Gold calls go through `lib.data.normalize_gold` (docs/method.md §2.1), so every form (JSON string,
@@ -93,7 +100,9 @@ PARALLEL_TYPES = ("single_step_single_tool", "single_step_parallel", "multi_step
                   "multi_step_has_parallel", "multi_step_all_parallel", "irrelevant")
 SUBSETS = ("tool_call", "irrelevant")
 SFT_ROLES = {"system": "system", "human": "user", "gpt": "assistant"}  # ShareGPT `from` -> role
-TURNS = ("merge", "release")  # SFT chats: consecutive assistant turns joined, or kept apart (LLaMA-Factory's data)
+TURNS = ("merge", "release")  # SFT chats: same-role turns joined, or LLaMA-Factory's rule (non-alternating rows dropped)
+USER_SIDE = {"user", "tool_response", "tool", "human"}      # LLaMA-Factory's odd positions (user, observation)
+ASSISTANT_SIDE = {"assistant", "tool_call", "gpt"}          # its even positions (assistant, function_call)
 # bound on one row's JSON text and on any JSON string in it: linear time, a few hundred MB at
 # worst, and far above any released row (the preview rows are under 20 KB)
 MAX_ROW_CHARS = 32_000_000
@@ -125,8 +134,9 @@ class Task:
 
 
 class Loaded(list):
-    """A list of loaded rows that also says how many bad rows were skipped."""
-    skipped = 0
+    """A list of loaded rows that also says how many bad rows were skipped, and how many rows
+    the layout's own rule skipped (`abnormal`: load_sft's turns="release")."""
+    skipped = abnormal = 0
 
 
 class DataError(ValueError):
@@ -160,7 +170,7 @@ def load_tasks(path, skip_bad=False):
 def load_sft(path, skip_bad=False, turns=TURNS[0]):
     """SFT chats: one list of {role, content} per row; `turns` as in the module docstring."""
     assert turns in TURNS
-    return _load(path, lambda row: _chat(row, turns == "merge"), skip_bad)
+    return _load(path, lambda row: _chat(row) if turns == "merge" or _alternates(row) else None, skip_bad)
 
 
 def drop_long(items, n_tokens, max_tokens=MAX_PROMPT_TOKENS):
@@ -216,7 +226,7 @@ def release_files():
 # --- files and rows -------------------------------------------------------------------------
 
 def _load(path, parse, skip_bad):
-    out, errors, n = Loaded(), [], 0
+    out, errors, n, abnormal = Loaded(), [], 0, 0
     for i, row in _rows(path):
         n += 1
         try:
@@ -231,10 +241,16 @@ def _load(path, parse, skip_bad):
                 raise DataError(err) from None
             errors.append(err)
             continue
+        if item is None:  # a row the layout's own rule skips (load_sft's turns="release")
+            abnormal += 1
+            continue
         if isinstance(item, Task):
             item.source, item.row = str(path), i
         out.append(item)
-    out.skipped = len(errors)
+    out.skipped, out.abnormal = len(errors), abnormal
+    if abnormal:
+        print(f"warning: skipped {abnormal} of {n} chats of {path} whose turns do not alternate "
+              f"(LLaMA-Factory's rule, --sft-turns release)", file=sys.stderr)
     if not out:
         detail = f"all {n} rows bad; first: {errors[0]}" if errors else "no rows"
         raise DataError(f"{path}: no usable rows ({detail})")
@@ -505,14 +521,14 @@ def _toucan_task(row):
     )
 
 
-def _chat(row, merge):
+def _chat(row):
     if "conversations" in row:
         chat = []
         for j, t in enumerate(_json(row["conversations"], "conversations", list)):
             if not isinstance(t, dict) or t.get("from") not in SFT_ROLES:
                 raise BadField(f"conversations[{j}].from", f"expected one of {sorted(SFT_ROLES)}")
             chat.append({"role": SFT_ROLES[t["from"]], "content": _str(t.get("value"), f"conversations[{j}].value")})
-        return _joined(chat, merge)
+        return _joined(chat)
     if "messages" not in row:
         raise BadField("<row>", "expected 'conversations' or 'messages'")
     messages = _messages(row["messages"], "messages",
@@ -533,14 +549,28 @@ def _chat(row, merge):
     if tools and not any(m["role"] == "system" and "<tools>" in m["content"] for m in chat):
         from lib.chat import with_tools  # here, not at the top: tiny imports transformers (seconds)
         chat = with_tools(chat, tools)
-    return _joined(chat, merge)
+    return _joined(chat)
 
 
-def _joined(chat, merge):
-    """Consecutive user turns, and (when `merge`) consecutive assistant turns, joined with "\\n"."""
+def _alternates(row):
+    """Whether the row's turns after the system message alternate user-side and assistant-side,
+    user first and assistant last (LLaMA-Factory's check; a malformed row is left to _chat)."""
+    turns = row.get("conversations") if "conversations" in row else row.get("messages")
+    try:
+        turns = _json(turns, "messages", list)
+        roles = [t.get("from", t.get("role")) for t in turns]
+    except (BadField, AttributeError):
+        return True
+    roles = roles[1:] if roles and roles[0] == "system" else roles
+    side = [USER_SIDE, ASSISTANT_SIDE]
+    return len(roles) % 2 == 0 and all(r in side[k % 2] for k, r in enumerate(roles))
+
+
+def _joined(chat):
+    """Consecutive user turns, and consecutive assistant turns, joined with "\\n"."""
     out = []
     for m in chat:
-        if out and m["role"] == out[-1]["role"] and (m["role"] == "user" or merge and m["role"] == "assistant"):
+        if out and m["role"] == out[-1]["role"] and m["role"] in ("user", "assistant"):
             out[-1] = {"role": m["role"], "content": out[-1]["content"] + "\n" + m["content"]}
         else:
             out.append(m)

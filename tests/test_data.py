@@ -450,11 +450,17 @@ def test_release_sft_json_rows_load_as_chats_and_tasks(tmp_path):
     assert [c["arguments"]["location"] for c in json.loads(step)] == ["42.3601,-71.0589", "41.8781,-87.6298"]
     assert first[3]["content"].count("<tool_response>\n") == 2 and first[3]["content"].endswith("</tool_response>")
     assert first[-1]["content"].startswith("## Cross-Country Bike Race Weather Summary")
-    # --sft-turns release: the text and the call after it stay two assistant turns
-    kept = load_sft(SFT_PREVIEW, turns="release")[1]
-    assert [m["role"] for m in kept] == ["system", "user", "assistant", "assistant", "user", "assistant"]
-    assert kept[2]["content"] + "\n" + kept[3]["content"] == second[2]["content"]
-    assert [data._joined(c, merge=True) for c in load_sft(SFT_PREVIEW, turns="release")] == [first, second]
+    # --sft-turns release: LLaMA-Factory skips a row whose turns do not alternate; both preview
+    # rows have a run of tool_call messages (row 1) or a text before a call (row 2), so both go
+    alternating = {"messages": json.dumps([{"role": "user", "content": "q"}, {"role": "tool_call", "content": str(
+        {"name": "f", "arguments": "{}"})}, {"role": "tool_response", "content": "r"}, {"role": "assistant", "content": "a"}]),
+        "tools": rows[0]["tools"]}
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", rows + [alternating, {**alternating, "messages": json.dumps(
+        json.loads(alternating["messages"])[:-1])}])                      # the last: ends on a tool response
+    kept = load_sft(mixed, turns="release")
+    assert kept == [load_sft(mixed)[2]] and kept.abnormal == 3 and load_sft(mixed).abnormal == 0
+    with pytest.raises(DataError, match="no usable rows"):
+        load_sft(SFT_PREVIEW, turns="release")
     # what the release's materialiser writes: one JSON array of {messages, tools} (the metadata
     # columns dropped); and `messages` already decoded to a list
     p = tmp_path / "toucan_toolcall_sft.json"

@@ -45,12 +45,6 @@ def test_sft_mask_covers_assistant_tokens_only():
     learned = tok.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=False)
     assert learned == CALL + "<|im_end|>" + "The answer is 42.<|im_end|>"
     assert sft.example(tok, msgs, 9)[0] == ids[:9]
-    # --sft-turns release: a text and the call after it, two turns, each trained with its own end token
-    two = msgs[:2] + [{"role": "assistant", "content": "Let me look."}] + msgs[2:]
-    ids, mask = sft.example(tok, two, 10_000)
-    learned = tok.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=False)
-    assert learned == "Let me look.<|im_end|>" + CALL + "<|im_end|>" + "The answer is 42.<|im_end|>"
-    assert "<|im_start|>assistant\nLet me look.<|im_end|>\n<|im_start|>assistant\n" in tok.decode(ids)
     assert train.get_args(["--sft-turns", "release"]).sft_turns == "release" and train.get_args([]).sft_turns == "merge"
 
 
