@@ -139,7 +139,7 @@ def reached(x, t):
     return x >= min(t, 1 - 1e-9)
 
 
-def summarize(scores):
+def metrics(scores):
     """The metrics of the module docstring, overall ("all") and per parallel_type."""
     def table(rows):
         n = len(rows)
@@ -175,7 +175,7 @@ def evaluate(model, tok, tasks, simulator, judge, batch_size=64, max_turns=MAX_T
     both run: greedy rollouts on `tasks` (`batch_size` at a time by `sampler`; caps as rollout.py's,
     `max_tool_rounds` 0 = no cap), scored by rewards.score_rollouts with the default HierR weights and
     λ_tool = λ_sum = 1 whatever the training used (`strict`, `gate`, `reward_input` as there). Returns
-    (per-task scores, rollouts); summarize(scores) is the table. The caller picks the task set
+    (per-task scores, rollouts); metrics(scores) is the table. The caller picks the task set
     (data.drop_long for the long-prompt filter) and the compute dtype (parallel.autocast)."""
     rs = rollout(model, tok, tasks, simulator, temperature=0.0, max_turns=max_turns, max_tokens=max_tokens,
                  batch_size=batch_size, max_tool_rounds=max_tool_rounds or None, sampler=sampler)
@@ -198,12 +198,12 @@ def run_toucan(model, tok, tasks, simulator, judge, out_jsonl=None, fingerprint=
             append_jsonl(out_jsonl, rows)
             records += rows
             bar.update(len(rows))
-    return summarize(records), records
+    return metrics(records), records
 
 
 COLUMNS = [("n", "n"), ("success", "Success@0.9"), ("success_code", "Success@0.9(code)"), ("name_f1", "NameF1"),
            ("arg_match", "ArgMatch"), ("process", "Process"), ("tool_turns", "ToolTurns"), ("format", "Format")]
-LEVELS = [(f"{kind}@{t}", f"{short}@{t}") for kind, short in (("success", "S"), ("success_code", "S(code)"),
+THRESHOLD_COLUMNS = [(f"{kind}@{t}", f"{short}@{t}") for kind, short in (("success", "S"), ("success_code", "S(code)"),
                                                              ("tool_success", "ToolS")) for t in THRESHOLDS]
 
 
@@ -417,7 +417,7 @@ def main(argv=None):
                                 strict=a.strict_calls, gate=a.summary_gate, reward_input=a.reward_input,
                                 sampler=a.sampler)
     print(format_table(summary))
-    print(text_table(summary, LEVELS, width=12))
+    print(text_table(summary, THRESHOLD_COLUMNS, width=12))
     summary = {"fingerprint": fp, **summary}
     path = Path(a.out).with_suffix(".summary.json")
     path.write_text(json.dumps(summary, indent=1))

@@ -236,7 +236,7 @@ def generate(model, past, pending, budgets, temperature, stops, ended, pad_id):
 
 # ---------------------------------------------------------------------------------------------
 # rollouts
-def respond(simulator, texts, tasks):
+def observe(simulator, texts, tasks):
     """`simulator.respond`; if it raises, the texts are answered one by one and a text that still
     raises gets one failed call (an answer that never came) instead of ending the whole batch."""
     if not texts:
@@ -311,7 +311,7 @@ def run(model, tok, rs, simulator, temperature, max_turns, max_tokens, max_tool_
                 callers.append(i)
                 texts.append(text)
         live = []
-        for i, (calls, obs) in zip(callers, respond(simulator, texts, [rs[i].task for i in callers])):
+        for i, (calls, obs) in zip(callers, observe(simulator, texts, [rs[i].task for i in callers])):
             r = rs[i]
             r.turns[-1]["calls"] = [asdict(c) for c in calls]
             if not obs:  # no parseable call: the trajectory ends here

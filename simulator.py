@@ -106,7 +106,7 @@ NO_CALL = "Invalid tool call format - no complete call in <tool_call>...</tool_c
 NO_RESULT = json.dumps({"error": "no_result", "message": "No matching record."})  # replay miss
 FAILED = "Error when executing tool: "  # check 5
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
-MAX_TOKENS = 4096  # per simulated answer: the release's max_new_tokens (toucan_tool_config.yaml)
+ANSWER_TOKENS = 4096  # per simulated answer: the release's max_new_tokens (toucan_tool_config.yaml)
 MAX_CALLS = 20     # calls answered per turn: the release's max_parallel_calls (train_slca_grpo.sh)
 SCHEMA_CHECKS = ("full", "light")  # check 4 on, or stopping at check 3 (the released code's); the first is the default
 MALFORMED = ("end", "answer")       # what a block that does not parse does (module doc); the first is the default
@@ -358,7 +358,7 @@ class Simulator:
     "end" | "answer"; see the module doc."""
 
     def __init__(self, backend="replay", client=None, schema_check=SCHEMA_CHECKS[0], ablate=False, max_chars=2048,
-                 temperature=0.6, retries=3, cache_dir=None, max_tokens=MAX_TOKENS, malformed=MALFORMED[0],
+                 temperature=0.6, retries=3, cache_dir=None, max_tokens=ANSWER_TOKENS, malformed=MALFORMED[0],
                  max_calls=MAX_CALLS, parse=PARSES[0], prompt=PROMPT):
         assert backend in ("replay", "llm") and schema_check in SCHEMA_CHECKS and malformed in MALFORMED
         assert parse in PARSES
@@ -381,7 +381,7 @@ class Simulator:
         out, pending = [], []  # pending: (turn index, call index, tool definition, call)
         for t, (text, task) in enumerate(zip(texts, tasks)):
             calls = parse_calls(text, self.malformed, self.max_calls, self.parse)
-            tools = _tools(task)
+            tools = _definitions(task)
             obs = []
             for i, call in enumerate(calls):
                 error = self._check(call, tools)
@@ -544,7 +544,7 @@ class Simulator:
             f.write(json.dumps({"key": key, "response": answer}) + "\n")
 
 
-def _tools(task):
+def _definitions(task):
     """name -> OpenAI-wrapped definition {"type": "function", "function": {...}} of the task's
     available tools; entries without a string name are skipped."""
     tools, allowed = getattr(task, "tools", None), getattr(task, "allowed_tools", None)

@@ -84,7 +84,7 @@ from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, tu
 from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
 from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, collate, prompt_ids, rollout
 from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
-from eval import evaluate, format_table, summarize
+from eval import evaluate, format_table, metrics
 from lib import llm, tiny
 from lib.data import MAX_PROMPT_TOKENS, TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
 from lib.files import Logs
@@ -673,7 +673,7 @@ def run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step):
         scores, _ = evaluate(model, tok, evals[rank::world()], sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
                              a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input, a.sampler)
     mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)
-    summary = summarize([s for _, s in sorted(gather(mine), key=lambda x: x[0])])
+    summary = metrics([s for _, s in sorted(gather(mine), key=lambda x: x[0])])
     logs.write({"label": label, "step": step, **summary}, "eval")
     if rank == 0:
         print(format_table({label: summary["all"]}))

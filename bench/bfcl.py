@@ -504,7 +504,7 @@ def _mean(xs):
     return sum(xs) / len(xs) if xs else None
 
 
-def summarize(records, zero=None):
+def accuracy(records, zero=None):
     """Per-category accuracy and BFCL's summary numbers (see the module docstring). `zero`:
     {category: item count} of categories not run that count as accuracy 0 over that many items."""
     per = {}
@@ -543,7 +543,7 @@ def run_bfcl(generate, categories=RELEASE_CATEGORIES, limit=None, batch_size=8, 
              missing_zero=False):
     """Generate, score and aggregate the first `limit` items of each category, `batch_size`
     prompts per generate call. Resumes from out_jsonl (made under `fingerprint`, eval.resume).
-    Returns summarize(...); with `missing_zero`, each of RELEASE_CATEGORIES not in
+    Returns accuracy(...); with `missing_zero`, each of RELEASE_CATEGORIES not in
     `categories` counts as 0 (module docstring)."""
     items = [it for c in categories for it in load(c, limit)]
     wanted = {it["id"] for it in items}
@@ -568,4 +568,4 @@ def run_bfcl(generate, categories=RELEASE_CATEGORIES, limit=None, batch_size=8, 
         play(generate, multi, batch_size, lambda it, outputs: keep(
             [{"id": it["id"], "category": it["category"], "output": outputs, **score_multi_turn(it, outputs)}]))
     zero = {c: len(load(c, limit)) for c in RELEASE_CATEGORIES if c not in categories} if missing_zero else None
-    return summarize(records, zero)
+    return accuracy(records, zero)

@@ -177,7 +177,7 @@ def run_task(domain, task, agent_fn, user_fn, max_steps=MAX_STEPS, max_errors=MA
         return _run(domain, task, max_steps, max_errors)
 
 
-def summarize(records):
+def pass_rates(records):
     """pass^1 per domain, their unweighted mean (overall) and the per-task mean (overall_micro)."""
     per = {}
     for r in records:
@@ -196,7 +196,7 @@ def run_tau2(domains, agent_fn, user_fn, num_tasks=None, out_jsonl=None, seed=0,
              max_steps=MAX_STEPS, max_errors=MAX_ERRORS, raise_errors=False, fingerprint=None):
     """Run a domain (or a list of them), `batch_size` tasks at once; append one record per
     task to out_jsonl and skip the tasks already there (made under `fingerprint`,
-    eval.resume). Returns summarize(...)."""
+    eval.resume). Returns pass_rates(...)."""
     domains = [domains] if isinstance(domains, str) else list(domains)
     previous = {(r.get("domain"), r.get("task_id")): r for r in resume(out_jsonl, fingerprint)}
     todo, records = [], []
@@ -228,7 +228,7 @@ def run_tau2(domains, agent_fn, user_fn, num_tasks=None, out_jsonl=None, seed=0,
                 records.append(record)
         finally:  # on an interrupt or an error: start no further task, let running ones end
             pool.shutdown(cancel_futures=True)
-    return summarize(records)
+    return pass_rates(records)
 
 
 def parse_reply(text):

@@ -134,7 +134,7 @@ def read(path):
 
 def evals(run, part="all"):
     """{label: metrics} of a run's eval.jsonl (the later line wins): overall, or of one parallel
-    type (eval.summarize's keys; {} where the split has none)."""
+    type (eval.metrics' keys; {} where the split has none)."""
     return {e["label"]: e.get(part, {}) for e in read(os.path.join(run, "eval.jsonl")) if "all" in e}
 
 
@@ -281,7 +281,7 @@ def fmt(xs, digits=3):
     return "-" if m is None else f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
-def summarize(runs):
+def collect(runs):
     """runs: {(name, seed): folder} -> {name: {"before"/"after": {metric: [per seed]}, "types":
     {parallel type: {"before"/"after": {metric: [per seed]}}}, "curve": ...}}."""
     from lib.data import PARALLEL_TYPES
@@ -507,7 +507,7 @@ def main(argv=None):
                                               + preset_flags(extra) + dict(plan)[job[0]] + ["--sft-data", ""],
                                               runs[job], a.jobs), runs)
 
-    res = bonus_summary(runs) if a.bonus is not None else summarize(runs)
+    res = bonus_summary(runs) if a.bonus is not None else collect(runs)
     text = (bonus_table(res, a.bonus) if a.bonus is not None else turn_table(res) if a.turn_credit is not None
             else table(res))
     wall = time.time() - t0

@@ -72,7 +72,7 @@ def test_summarize_bfcl_weighting():
     rows = ([rec("simple", True)] + [rec("multiple", False)] * 3
             + [rec("live_simple", True)] + [rec("live_multiple", False)] * 3
             + [rec("irrelevance", True)])
-    s = BF.summarize(rows)
+    s = BF.accuracy(rows)
     assert s["per_category"]["multiple"] == {"correct": 0, "total": 3, "accuracy": 0.0}
     assert s["non_live_ast"] == pytest.approx(0.5)     # unweighted: (1 + 0) / 2
     assert s["live_ast"] == pytest.approx(0.25)        # weighted: 1 / 4
@@ -160,7 +160,7 @@ def test_bfcl_irrelevance(bfcl):
     name = BF.openai_tools(item["functions"])[0]["function"]["name"]
     assert BF.score(item, "I cannot answer that with these tools.")["valid"]
     assert not BF.score(item, f'<tool_call>{{"name": "{name}", "arguments": {{}}}}</tool_call>')["valid"]
-    assert BF.summarize([{"category": "irrelevance", "valid": True}])["non_live_overall"] == 1.0
+    assert BF.accuracy([{"category": "irrelevance", "valid": True}])["non_live_overall"] == 1.0
 
 
 def test_bfcl_tools_match_bfcl_convert_to_tool(bfcl):
@@ -230,21 +230,21 @@ def test_bfcl_summary_formulas():
     rows = ([rec("simple", True), rec("java", False), rec("javascript", True), rec("multiple", True)]
             + [rec("live_simple", True)] + [rec("live_multiple", False)] * 3
             + [rec("multi_turn_base", True), rec("multi_turn_miss_func", False), rec("multi_turn_miss_func", True)])
-    s = BF.summarize(rows)
+    s = BF.accuracy(rows)
     assert s["simple_ast"] == pytest.approx(2 / 3)                 # (1 + 0 + 1) / 3
     assert s["non_live_ast"] == pytest.approx((2 / 3 + 1) / 2)     # categories not run are left out
     assert s["live_ast"] == pytest.approx(0.25)
     assert s["multi_turn"] == pytest.approx(0.75)                  # (1 + 0.5) / 2
     assert s["overall"] == pytest.approx(((2 / 3 + 1) / 2 + 0.25 + 0.75) / 3)
-    assert BF.summarize([rec("multi_turn_base", True)])["overall"] == 1.0
+    assert BF.accuracy([rec("multi_turn_base", True)])["overall"] == 1.0
 
 
 def test_bfcl_missing_zero_counts_categories_not_run_as_zero():
     rec = lambda cat, ok: {"category": cat, "valid": ok}  # noqa: E731
     rows = [rec("simple", True), rec("multiple", True), rec("live_simple", True), rec("multi_turn_base", True)]
-    left_out = BF.summarize(rows)
+    left_out = BF.accuracy(rows)
     assert left_out["non_live_ast"] == 1.0 and left_out["live_ast"] == 1.0 and left_out["overall"] == 1.0
-    zero = BF.summarize(rows, {"java": 1, "javascript": 1, "parallel": 1, "parallel_multiple": 1,
+    zero = BF.accuracy(rows, {"java": 1, "javascript": 1, "parallel": 1, "parallel_multiple": 1,
                                "live_multiple": 3, "multi_turn_miss_func": 1})
     assert zero["simple_ast"] == pytest.approx(1 / 3)                       # simple 1, java 0, javascript 0
     assert zero["non_live_ast"] == pytest.approx((1 / 3 + 1 + 0 + 0) / 4)
@@ -258,9 +258,9 @@ def test_bfcl_multi_turn_is_weighted_as_evalscope():
     augmented categories, so base 1/2, miss_func and miss_param 1/4 each at equal counts."""
     rec = lambda cat, ok: {"category": cat, "valid": ok}  # noqa: E731
     rows = [rec("multi_turn_base", True), rec("multi_turn_miss_func", False), rec("multi_turn_miss_param", False)]
-    assert BF.summarize(rows)["multi_turn"] == pytest.approx(0.5)   # unweighted over three: 1/3
+    assert BF.accuracy(rows)["multi_turn"] == pytest.approx(0.5)   # unweighted over three: 1/3
     rows += [rec("multi_turn_miss_func", True)] * 2                 # miss_func 2/3 of 3 items, miss_param 0 of 1
-    assert BF.summarize(rows)["multi_turn"] == pytest.approx((1 + 2 / 4) / 2)
+    assert BF.accuracy(rows)["multi_turn"] == pytest.approx((1 + 2 / 4) / 2)
 
 
 def test_execute_runs_backend_methods_without_eval(bfcl):
@@ -455,7 +455,7 @@ def test_run_tau2_runs_tasks_on_threads(tau2, tmp_path):
 
 def test_summarize_tau2_macro_and_micro():
     rows = ([{"domain": "airline", "success": True}] + [{"domain": "retail", "success": False}] * 3)
-    s = T2.summarize(rows)
+    s = T2.pass_rates(rows)
     assert s["overall"] == pytest.approx(0.5) and s["overall_micro"] == pytest.approx(0.25)
 
 

@@ -39,7 +39,7 @@ def test_summarize_both_success_definitions_and_breakdown():
     rows = [row("single_step_single_tool", 1, 1, 1, 1.0, 1.0, 2, 1.0),    # succeeds under both
             row("single_step_single_tool", .5, .5, 0, .5, 1.0, 1, .5),    # neither
             row("irrelevant", 1, 1, 1, .9, 0.0, 0, 0.0)]                  # paper's only: S_sum is 0
-    s = E.summarize(rows)
+    s = E.metrics(rows)
     assert set(s) == {"all", "single_step_single_tool", "irrelevant"}
     a = s["all"]
     assert a["n"] == 3
@@ -61,7 +61,7 @@ def test_summarize_release_thresholds():
             row("a", 0.75, 1, 1, 0.85, 0.0, 1, 1, score_norm=0.425),
             row("a", 0.9 - 1e-12, 1, 1, 0.9 - 1e-12, 1.0, 1, 1, score_norm=0.95),  # just under 0.9: no tolerance
             row("a", 0.0, 0, 0, 0.0, 0.0, 0, 0, score_norm=0.0)]
-    a = E.summarize(rows)["all"]
+    a = E.metrics(rows)["all"]
     assert [a[f"success@{t}"] for t in E.THRESHOLDS] == [0.75, 0.75, 0.25, 0.25]
     assert [a[f"success_code@{t}"] for t in E.THRESHOLDS] == [0.5, 0.5, 0.5, 0.25]
     assert [a[f"tool_success@{t}"] for t in E.THRESHOLDS] == [0.75, 0.5, 0.25, 0.25]
@@ -90,7 +90,7 @@ def test_score_rollouts_on_fixture_rollouts():
     assert [s["score"] for s in scores] == pytest.approx([2.0, -0.5, 0.8])
     assert [s["score_norm"] for s in scores] == pytest.approx([1.0, 0.0, 0.4])
     assert [s["tool_turns"] for s in scores] == [1, 0, 1] and scores[0]["length"] == 20
-    a = E.summarize(scores)["all"]
+    a = E.metrics(scores)["all"]
     assert a["success"] == pytest.approx(1 / 3) and a["success_code"] == pytest.approx(1 / 3)
     assert a["process"] == pytest.approx(0.6) and a["name_f1"] == pytest.approx(2 / 3)
     assert a["arg_match"] == pytest.approx(0.5) and a["format"] == pytest.approx(2 / 3)
@@ -108,12 +108,12 @@ def test_score_rollouts_judges_the_real_tool_responses_only():
     r.responses = ['{"y": 42}']
     s, = rewards.score_rollouts([r], FactsJudge(), lam_tool=2.0)
     assert s["summary"] == 1.0 and s["score_norm"] == pytest.approx(1.0)
-    assert E.summarize([s])["all"]["sim_failed"] == 1
+    assert E.metrics([s])["all"]["sim_failed"] == 1
 
 
 def test_bonus_rows_get_the_redundant_call_rate():
     """The diagnostic world's marked prompts: `redundant` says whether a valid call to the marked
-    tool was made; summarize adds a `bonus` table over the marked rows only."""
+    tool was made; metrics adds a `bonus` table over the marked rows only."""
     task = Task(messages=[], tools=[], allowed_tools=["f", "g"], gold=[[{"name": "f", "arguments": {"x": 1}}]],
                 question="What is f of 1?", parallel_type="single_step_single_tool", facts=["42", "7"], bonus="g")
     plain = Task(**{**task.__dict__, "bonus": ""})
@@ -126,10 +126,10 @@ def test_bonus_rows_get_the_redundant_call_rate():
           fixture_rollout(plain, obs, (CALL % 1, obs), (g, extra), ("f of 1 is 42, and z is 7.", []))]
     scores = rewards.score_rollouts(rs, FactsJudge())
     assert [s.get("redundant") for s in scores] == [1.0, 0.0, 0.0, None]
-    b = E.summarize(scores)["bonus"]
+    b = E.metrics(scores)["bonus"]
     assert b["n"] == 3 and b["redundant"] == pytest.approx(1 / 3)
     assert b["summary"] == pytest.approx((1.0 + 0.5 + 0.5) / 3) and b["name_f1"] == pytest.approx((2 / 3 + 1 + 1) / 3)
-    assert "bonus" not in E.summarize(scores[3:])
+    assert "bonus" not in E.metrics(scores[3:])
 
 
 def test_evaluate_caps_tool_rounds_as_train_does():
