@@ -75,7 +75,7 @@ import rewards
 from lib.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
 from lib.model import load_policy
 from lib.parallel import autocast
-from rollout import MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, prompt_ids, rollout
+from rollout import GEN_BATCH, MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, prompt_ids, rollout
 from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
 from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
 from lib.files import append_jsonl, read_jsonl
@@ -168,7 +168,7 @@ def metrics(scores):
     return {"all": table(scores), **{k: table(v) for k, v in sorted(by_type.items())}, **bonus}
 
 
-def evaluate(model, tok, tasks, simulator, judge, batch_size=64, max_turns=MAX_TURNS, max_tokens=MAX_TOKENS,
+def evaluate(model, tok, tasks, simulator, judge, batch_size=GEN_BATCH, max_turns=MAX_TURNS, max_tokens=MAX_TOKENS,
              max_tool_rounds=MAX_TOOL_ROUNDS, strict=False, gate=rewards.GATES[0],
              reward_input=rewards.INPUTS[0], sampler=SAMPLERS[0]):
     """The Toucan evaluation, the one that train.py's before/after-RL rows and `eval.py toucan`
@@ -182,7 +182,8 @@ def evaluate(model, tok, tasks, simulator, judge, batch_size=64, max_turns=MAX_T
     return rewards.score_rollouts(rs, judge, strict=strict, gate=gate, tok=tok, reward_input=reward_input), rs
 
 
-def run_toucan(model, tok, tasks, simulator, judge, out_jsonl=None, fingerprint=None, batch_size=64, **settings):
+def run_toucan(model, tok, tasks, simulator, judge, out_jsonl=None, fingerprint=None, batch_size=GEN_BATCH,
+               **settings):
     """evaluate() (`settings`: its other keywords) on `batch_size` tasks at a time; each task's
     record (id = its index in `tasks`, scores, turns) is appended to out_jsonl, and tasks
     already there (made under `fingerprint`) are skipped. Returns (summary, records)."""
@@ -320,7 +321,7 @@ def get_args(argv=None):
     p = argparse.ArgumentParser(description="Evaluate a policy (docs/method.md §9), plot or aggregate runs",
                                 **FMT)
     sub = p.add_subparsers(dest="bench", required=True)
-    t = bench_parser(sub, "toucan", "greedy rollouts on an eval split, HierR metrics", 64,
+    t = bench_parser(sub, "toucan", "greedy rollouts on an eval split, HierR metrics", GEN_BATCH,
                      "rollouts sampled together through all their turns", MAX_TOKENS,
                      "response tokens per trajectory, observations included")
     t.add_argument("--model", required=True, help="hub name or local folder")

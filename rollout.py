@@ -75,6 +75,8 @@ from lib.sampler import sample
 MAX_TURNS = 10       # docs/method.md §6: assistant turns per trajectory
 MAX_TOKENS = 8192    # docs/method.md §6: response tokens per trajectory, observations included
 MAX_TOOL_ROUNDS = 6  # answered tool rounds per trajectory in train.py and eval.py (the release's max_user_turns)
+TEMPERATURE = 1.0   # training rollouts' sampling temperature (docs/method.md §6); evaluation is greedy
+GEN_BATCH = 64      # rows sampled at once: memory, not numbers (greedy ids do not depend on it)
 SAMPLERS = ("cached", "generate")  # --sampler: lib.sampler.sample (the default) or `generate` (the reference)
 
 
@@ -258,8 +260,8 @@ def observe(simulator, texts, tasks):
         return out
 
 
-def rollout(model, tok, tasks, simulator, groups=None, temperature=1.0, max_turns=MAX_TURNS,
-            max_tokens=MAX_TOKENS, batch_size=64, max_tool_rounds=None, sampler=SAMPLERS[0]):
+def rollout(model, tok, tasks, simulator, groups=None, temperature=TEMPERATURE, max_turns=MAX_TURNS,
+            max_tokens=MAX_TOKENS, batch_size=GEN_BATCH, max_tool_rounds=None, sampler=SAMPLERS[0]):
     """Run every task to the end, `batch_size` rollouts at a time, each turn sampled by `sampler`
     (one of SAMPLERS; "cached": each batch keeps its caches over all its turns and a multiple of
     the group size G prefills each prompt once); returns one Rollout per task, in order."""

@@ -82,7 +82,7 @@ import rewards
 from rewards import score_rollouts
 from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, turn_stats
 from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
-from rollout import MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, collate, prompt_ids, rollout
+from rollout import GEN_BATCH, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, TEMPERATURE, collate, prompt_ids, rollout
 from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
 from eval import evaluate, format_table, metrics
 from lib import llm, tiny
@@ -190,13 +190,13 @@ def get_args(argv=None):
     g.add_argument("--lr", type=num, default=None)
     g.add_argument("--weight-decay", type=num, default=0.01, help="AdamW weight decay of the RL updates")
     g.add_argument("--grad-clip", type=num, default=1.0)
-    g.add_argument("--temperature", type=num, default=1.0, help="rollout sampling temperature")
+    g.add_argument("--temperature", type=num, default=TEMPERATURE, help="rollout sampling temperature")
     g.add_argument("--max-turns", type=int, default=MAX_TURNS,
                    help="assistant turns per trajectory (docs/method.md §6)")
     g.add_argument("--max-tool-rounds", type=int, default=MAX_TOOL_ROUNDS,
                    help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
     g.add_argument("--max-tokens", type=int, default=None, help="response tokens per trajectory, observations included")
-    g.add_argument("--gen-batch", type=int, default=64,
+    g.add_argument("--gen-batch", type=int, default=GEN_BATCH,
                    help="rollouts sampled together through all their turns; a multiple of G prefills each prompt once")
     g.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0],
                    help="cached = lib/sampler.py (KV caches kept across turns, each prompt prefilled once per "
