@@ -208,6 +208,15 @@ THRESHOLD_COLUMNS = [(f"{kind}@{t}", f"{short}@{t}") for kind, short in (("succe
                                                              ("tool_success", "ToolS")) for t in THRESHOLDS]
 
 
+def write_summary(out, fp, summary):
+    """Write <out stem>.summary.json (the summary under its fingerprint), say where; return it."""
+    summary = {"fingerprint": fp, **summary}
+    path = Path(out).with_suffix(".summary.json")
+    path.write_text(json.dumps(summary, indent=1))
+    print("results:", out, "summary:", path)
+    return summary
+
+
 def text_table(rows, columns, width=18):
     """{label: {key: number}} as a fixed-width table; columns = [(key, header)]; a missing
     or None value is left blank; the label column fits the longest label."""
@@ -419,11 +428,7 @@ def main(argv=None):
                                 sampler=a.sampler)
     print(format_table(summary))
     print(text_table(summary, THRESHOLD_COLUMNS, width=12))
-    summary = {"fingerprint": fp, **summary}
-    path = Path(a.out).with_suffix(".summary.json")
-    path.write_text(json.dumps(summary, indent=1))
-    print("results:", a.out, "summary:", path)
-    return summary
+    return write_summary(a.out, fp, summary)
 
 
 if __name__ == "__main__":

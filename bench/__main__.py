@@ -24,14 +24,13 @@ tasks per domain, a seeded subsample).
 import argparse
 import hashlib
 import importlib.metadata
-import json
 from pathlib import Path
 
 import torch
 
 from bench import bfcl, hermes, tau2
 from bench.models import Batched, client_generate, local_generate
-from eval import FMT, bench_parser, flag, resume, text_table, who
+from eval import FMT, bench_parser, flag, resume, text_table, who, write_summary
 from lib import llm
 from lib.model import load_policy
 
@@ -148,11 +147,7 @@ def main(argv=None):
         rows = {**summary["per_domain"], "overall": {"pass^1": summary["overall"]},
                 "overall (per task)": {"pass^1": summary["overall_micro"]}}
         print(text_table(rows, [("n", "n"), ("pass^1", "pass^1"), ("errors", "errors")], width=10))
-    summary = {"fingerprint": fp, **summary}
-    path = Path(a.out).with_suffix(".summary.json")
-    path.write_text(json.dumps(summary, indent=1))
-    print("results:", a.out, "summary:", path)
-    return summary
+    return write_summary(a.out, fp, summary)
 
 
 if __name__ == "__main__":
