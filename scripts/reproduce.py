@@ -338,7 +338,7 @@ def verdict(a, b, n):
     return f"{d:+.3f} (2 SE {two:.3f}): " + ("within noise" if abs(d) <= two else "helped" if d > 0 else "hurt")
 
 
-def turn_table(res):
+def turn_report(res):
     """--turn-credit's tables (markdown): overall, by parallel type, per seed, and per seed
     whether slca-turn@ω differed from slca beyond 2 standard errors."""
     first = next(iter(res.values()))
@@ -508,7 +508,7 @@ def main(argv=None):
                                               runs[job], a.jobs), runs)
 
     res = bonus_summary(runs) if a.bonus is not None else collect(runs)
-    text = (bonus_table(res, a.bonus) if a.bonus is not None else turn_table(res) if a.turn_credit is not None
+    text = (bonus_table(res, a.bonus) if a.bonus is not None else turn_report(res) if a.turn_credit is not None
             else table(res))
     wall = time.time() - t0
     kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""

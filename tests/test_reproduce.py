@@ -129,8 +129,8 @@ def test_turn_verdict_reads_the_difference_against_two_standard_errors():
     assert reproduce.verdict(None, 0.5, 200) is None
 
 
-def test_turn_table_reports_by_type_per_seed_and_the_verdict():
-    """turn_table on made-up results of two seeds: the types the eval split holds, the focus
+def test_turn_report_gives_each_type_per_seed_and_the_verdict():
+    """turn_report on made-up results of two seeds: the types the eval split holds, the focus
     columns per seed, and slca-turn against slca per seed, overall and per focus type."""
     def run(success, has_parallel, conflict):
         types = {t: {k: {"success": [None] * 2, "process": [None] * 2, "n": [None] * 2} for k in ("before", "after")}
@@ -144,7 +144,7 @@ def test_turn_table_reports_by_type_per_seed_and_the_verdict():
                 "types": types, "seeds": [0, 1], "n": [200, 200], "turn_conflict": conflict, "sign_conflict": [0.1] * 2}
     res = {"slca": run([0.55, 0.50], [0.30, 0.30], [0.20, 0.30]), "grpo": run([0.50, 0.50], [0.3, 0.3], [0.2, 0.2]),
            "slca-turn@0.5": run([0.70, 0.52], [0.60, 0.35], [0.10, None])}
-    text = reproduce.turn_table(res)
+    text = reproduce.turn_report(res)
     assert "multi step has parallel (34)" in text and "multi step all serial" not in text  # absent from the split
     assert "| slca-turn@0.5 | 1 | 0.520 | 0.860 | 0.350 | 0.900 | - | - | 1.800 | - |" in text
     assert "- seed 0: all +0.150 (2 SE 0.096): helped; has parallel +0.300 (2 SE 0.230): helped" in text
