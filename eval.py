@@ -262,10 +262,94 @@ def aggregate(paths):
 
 
 # ---------------------------------------------------------------------------------------------
+# the flags of one episode and its scoring, defined once for train.py and `eval.py toucan`
+def add_episode_flags(g, schema_check=None):
+    """Add the flags that decide an episode and its scores (the caps, the sampler, the simulator,
+    the judge, how model output is parsed and scored); `schema_check`: --schema-check's default
+    (train.py's None is filled by its preset)."""
+    g.add_argument("--max-prompt-tokens", type=int, default=MAX_PROMPT_TOKENS,
+                   help="longer prompts are dropped (the release's)")
+    g.add_argument("--max-turns", type=int, default=MAX_TURNS, help="assistant turns per trajectory (docs/method.md §6)")
+    g.add_argument("--max-tool-rounds", type=int, default=MAX_TOOL_ROUNDS,
+                   help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
+    g.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0],
+                   help="cached = lib/sampler.py (KV caches kept across turns, each prompt prefilled once per "
+                        "group); generate = Hugging Face model.generate, the reference (rollout.py)")
+    g.add_argument("--strict-calls", action="store_true",
+                   help="a block with no valid call is invalid and a response with no valid call is an omission "
+                        "(-0.5); the release only looks for the <tool_call> tag, so `<tool_call>[]</tool_call>` "
+                        "scores 1.0 on an irrelevant prompt there")
+    g.add_argument("--summary-gate", choices=rewards.GATES, default=rewards.GATES[0],
+                   help="what opens S_sum and what the judge rates: real = the final turn (none when it holds a "
+                        "call), on the tool responses of calls that passed the checks and were answered; release = "
+                        "the released reward's: the text after the last tool response, on every <tool_response> "
+                        "block of the decoded trajectory, error observations included")
+    g.add_argument("--reward-input", choices=rewards.INPUTS, default=rewards.INPUTS[0],
+                   help="what the process score reads: policy = the policy's own text; decoded = the released "
+                        "reward's, the decoded trajectory with its tool turns (a <tool_call> or <think> inside a "
+                        "tool response counts as the policy's)")
+    g.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
+                   help="default: llm when a sim client is set, else replay")
+    g.add_argument("--schema-check", choices=SCHEMA_CHECKS, default=schema_check,
+                   help="full = JSON-Schema validation after check 3; light = stop at check 3 (the released code's)")
+    g.add_argument("--no-sgls", action="store_true", help="'w/o SGLS': no tool definition, no checks 2-4")
+    g.add_argument("--malformed", choices=MALFORMED, default=MALFORMED[0],
+                   help="a block that is not JSON or never closed: end = no call, the trajectory ends (the "
+                        "release's parser); answer = an error observation and the trajectory goes on")
+    g.add_argument("--sim-parse", choices=PARSES, default=PARSES[0],
+                   help="how the simulator reads a turn's calls: project = think blocks dropped, arguments must "
+                        "be a JSON object (check 1); release = the released agent loop's: think blocks kept (a "
+                        "call inside one is answered), arguments that are not an object go to the LLM")
+    g.add_argument("--json-depth", type=int, default=MAX_JSON_DEPTH,
+                   help=f"JSON nested deeper than this is invalid (no call, no gold) wherever model output or "
+                        f"data is parsed; up to {MAX_SAFE_DEPTH} (the release has no bound and can crash)")
+    g.add_argument("--sim-cache", default=None, help="folder for the simulator's answer cache")
+    g.add_argument("--sim-prompt", metavar="FILE", default=None,
+                   help="the simulator LLM's prompt template (e.g. the release's text) with the placeholders "
+                        "{definition} and {call}; default: simulator.PROMPT")
+    g.add_argument("--judge-prompt", metavar="FILE", default=None,
+                   help="the judge's rating template with {question}, {responses}, {response} (e.g. the release's "
+                        "text, placeholders renamed); replies are read as [[level]] or the release's "
+                        "<rating>level</rating>; default: llm.JUDGE_PROMPT")
+    llm.add_client_flags(g, "sim")
+    llm.add_client_flags(g, "judge")
+
+
+def check_episode_flags(p, a, solved_prompt=None):
+    """Fail early, naming the flag; read the prompt templates once (a.sim_template, a.judge_template,
+    a.solved_template), so a bad file fails before any work."""
+    if not 1 <= a.json_depth <= MAX_SAFE_DEPTH:
+        p.error(f"--json-depth must be in 1..{MAX_SAFE_DEPTH}")
+    try:
+        a.sim_template = llm.read_template("--sim-prompt", a.sim_prompt, PROMPT_FIELDS, PROMPT)
+        a.judge_template = llm.read_template("--judge-prompt", a.judge_prompt, llm.JUDGE_FIELDS, llm.JUDGE_PROMPT)
+        a.solved_template = llm.read_template("--solved-prompt", solved_prompt, llm.JUDGE_FIELDS, llm.SOLVED_PROMPT)
+    except ValueError as e:
+        p.error(str(e))
+
+
+def frozen_llms(a):
+    """The simulator and the judge the episode flags name (an LLM client each, else replay and the
+    offline facts judge), and their two clients (None when not set)."""
+    sim_client, judge_client = llm_client(a, "sim"), llm_client(a, "judge")
+    sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
+                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed,
+                    parse=a.sim_parse, prompt=a.sim_template)
+    judge = llm.LLMJudge(judge_client, prompt=a.judge_template, solved_prompt=a.solved_template) if judge_client \
+        else rewards.FactsJudge()
+    return sim, judge, (sim_client, judge_client)
+
+
+# ---------------------------------------------------------------------------------------------
 # CLI
 def flag(a, role, field):
-    """--{role}-{field}, else env SLCA_{ROLE}_{FIELD} (as llm.client_from_args reads them)."""
+    """--{role}-{field}, else env SLCA_{ROLE}_{FIELD} (as lib.llm.client reads them)."""
     return getattr(a, f"{role}_{field}", None) or os.environ.get(f"SLCA_{role.upper()}_{field.upper()}")
+
+
+def llm_client(a, role):
+    """The frozen LLM a command's --{role}-* flags name (lib.llm.client; flags the role lacks keep their defaults)."""
+    return llm.client(role, **{f: getattr(a, f"{role}_{f}") for f in llm.CLIENT_FIELDS if hasattr(a, f"{role}_{f}")})
 
 
 def who(a, role):
@@ -339,32 +423,7 @@ def get_args(argv=None):
                         "run's when --model is a run's final/ or sft/ folder; none = the defaults shown")
     t.add_argument("--data", default="data/world/eval.jsonl")
     t.add_argument("--limit", type=int, default=None, help="first N tasks only")
-    t.add_argument("--max-prompt-tokens", type=int, default=MAX_PROMPT_TOKENS,
-                   help="longer prompts are dropped (the release's), after --limit")
-    t.add_argument("--max-turns", type=int, default=MAX_TURNS, help="assistant turns per trajectory")
-    t.add_argument("--max-tool-rounds", type=int, default=MAX_TOOL_ROUNDS,
-                   help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
-    t.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0], help="as train.py's (rollout.py)")
-    t.add_argument("--strict-calls", action="store_true", help="as train.py's (rewards.score's strict)")
-    t.add_argument("--summary-gate", choices=rewards.GATES, default=rewards.GATES[0], help="as train.py's")
-    t.add_argument("--reward-input", choices=rewards.INPUTS, default=rewards.INPUTS[0], help="as train.py's")
-    t.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
-                   help="default: llm when a sim client is set, else replay")
-    t.add_argument("--schema-check", choices=SCHEMA_CHECKS, default=SCHEMA_CHECKS[0],
-                   help="as train.py's")
-    t.add_argument("--no-sgls", action="store_true", help="as train.py's: no tool definition, no checks 2-4")
-    t.add_argument("--malformed", choices=MALFORMED, default=MALFORMED[0], help="as train.py's")
-    t.add_argument("--sim-cache", default=None, help="folder for the simulator's answer cache")
-    t.add_argument("--sim-prompt", metavar="FILE", default=None,
-                   help="the simulator's prompt template with {definition} and {call} (train.py)")
-    t.add_argument("--judge-prompt", metavar="FILE", default=None,
-                   help="the judge's template with {question}, {responses}, {response} (train.py)")
-    t.add_argument("--json-depth", type=int, default=MAX_JSON_DEPTH,
-                   help=f"JSON nested deeper than this is invalid; up to {MAX_SAFE_DEPTH} (train.py)")
-    t.add_argument("--sim-parse", choices=PARSES, default=PARSES[0],
-                   help="project = think blocks dropped and object arguments only; release = neither (train.py)")
-    llm.add_client_flags(t, "sim")
-    llm.add_client_flags(t, "judge")
+    add_episode_flags(t, SCHEMA_CHECKS[0])
 
     g = sub.add_parser("plot", help="training curves, reward parts and advantage statistics as PNGs", **FMT)
     g.add_argument("runs", nargs="+", help="run folders of train.py (metrics.jsonl, eval.jsonl)")
@@ -380,13 +439,7 @@ def get_args(argv=None):
         t.set_defaults(**{d: config[RUN_FLAGS.get(d, d)] for d in vars(a)
                           if d not in NOT_FROM_RUN and config.get(RUN_FLAGS.get(d, d)) not in (None, "")})
         a = p.parse_args(argv)
-        if not 1 <= a.json_depth <= MAX_SAFE_DEPTH:
-            p.error(f"--json-depth must be in 1..{MAX_SAFE_DEPTH}")
-        try:  # read here so a bad file fails before the result file is touched
-            a.sim_template = llm.read_template("--sim-prompt", a.sim_prompt, PROMPT_FIELDS, PROMPT)
-            a.judge_template = llm.read_template("--judge-prompt", a.judge_prompt, llm.JUDGE_FIELDS, llm.JUDGE_PROMPT)
-        except ValueError as e:
-            p.error(str(e))
+        check_episode_flags(p, a)
     if a.bench not in ("plot", "aggregate"):
         import torch
         a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -415,12 +468,7 @@ def main(argv=None):
     tasks, dropped = drop_long(load_tasks(a.data)[:a.limit], lambda t: len(prompt_ids(tok, t)), a.max_prompt_tokens)
     if dropped:
         print(f"dropped {dropped} prompts over --max-prompt-tokens {a.max_prompt_tokens}")
-    sim_client = llm.client_from_args(a, "sim")
-    sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
-                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed,
-                    parse=a.sim_parse, prompt=a.sim_template)
-    judge_client = llm.client_from_args(a, "judge")
-    judge = llm.LLMJudge(judge_client, prompt=a.judge_template) if judge_client else rewards.FactsJudge()
+    sim, judge, _ = frozen_llms(a)
     with autocast(a.dtype, a.device):
         summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.out, fp, a.batch_size,
                                 max_turns=a.max_turns, max_tokens=a.max_tokens, max_tool_rounds=a.max_tool_rounds,

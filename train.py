@@ -36,34 +36,23 @@ every optimizer step, a non-finite update is skipped and counted, --max-bad-upda
 stop the run, and non-finite weights are never saved.
 Logs are strict JSON (a non-finite number is written as null).
 
-Distributed (torchrun, any number of processes on one or several nodes; the process,
-sharding and checkpoint helpers live in lib/parallel.py): each rank takes an equal share of the
-step's prompts with all G rollouts of each, so group statistics stay local.
-The policy and the reference are sharded with FSDP2 (`fully_shard`, one unit per decoder
-layer); for sampling, each rank gathers the full weights once (`unshard`) and generates on its
-own. What crosses ranks: the loss normaliser (tokens or rollouts of the mini-batch, summed over
-ranks, so the update equals the single-process one), gradients (FSDP's reduce-scatter), the
-metrics (summed), the eval scores and the rollout records (gathered to rank 0). Rank 0 alone
-prints and writes files.
+Distributed (torchrun, one or several nodes; lib/parallel.py): each rank takes an equal share of
+the step's prompts with all G rollouts of each, so group statistics stay local; policy and
+reference are sharded with FSDP2 (one unit per decoder layer) and gathered whole on each rank to
+sample. The loss normaliser, gradients, metrics, eval scores and rollout records cross ranks;
+rank 0 alone prints and writes.
 
 Outputs in --out: config.json, metrics.jsonl (one line per SFT and RL step), rollouts.jsonl
 (every rollout), eval.jsonl (the before/after-RL rows: eval.evaluate, which `python eval.py
-toucan --model <out>/final` reruns with this config), sft/ (the SFT result), ckpt/step-N/ (the
-last --keep checkpoints: weights, optimizer, every rank's RNG states, the data order and
-position, each log's length, the config) and final/ (a Hugging Face folder). A rerun never truncates an earlier run's
-files: a non-empty --out needs --resume (continue from the newest checkpoint that reads back;
-each log is cut back to its length at that checkpoint, so every step appears once; a finished
-run, one with final/, says so and trains nothing) or --overwrite (start afresh).
-
-The run folder (lib/parallel.py's lock, writing, resume_point): one run at a time holds --out (a
-second one is refused naming the holder's pid; the kernel drops the lock of a killed run).
-SIGTERM or SIGINT lets the current RL step finish, writes a checkpoint at the boundary and
-exits with 128 + the signal's number (143, 130); during SFT it abandons SFT, which --resume
-redoes; a second signal acts at once. A damaged checkpoint is skipped for the one before it,
-saying which and why; a failed write (read-only folder, full disk) is one line naming the
-path. At one thread a run is bit-reproducible and a resumed run ends with the bits of an
-uninterrupted one (tests/test_resume.py); on CPU torch's deterministic algorithms are on, which
-also made two-thread runs repeat on an idle machine, not under load (README "Reproducibility").
+toucan --model <out>/final` reruns with this config), sft/, ckpt/step-N/ (the last --keep
+checkpoints: weights, optimizer, RNG states, data order and position, log lengths, config) and
+final/ (a Hugging Face folder). A non-empty --out needs --resume (continue from the newest
+checkpoint that reads back, each log cut back to its length there; a finished run says so) or
+--overwrite. One run at a time holds --out. SIGTERM or SIGINT finishes the current RL step,
+checkpoints and exits with 128 + the signal (during SFT: abandons it; --resume redoes it); a
+damaged checkpoint falls back to the one before it; a failed write is one line naming the path.
+At one thread a run is bit-reproducible and a resumed run ends with the bits of an
+uninterrupted one (tests/test_resume.py; README "Reproducibility").
 Log-probs (lib/logprobs.py) are computed on response tokens only, in chunks, and the G rollouts
 of a prompt compute it once in every log-prob pass.
 """
@@ -82,11 +71,10 @@ import rewards
 from rewards import score_rollouts
 from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, turn_stats
 from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
-from rollout import GEN_BATCH, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, TEMPERATURE, collate, prompt_ids, rollout
-from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
-from eval import evaluate, format_table, metrics
+from rollout import GEN_BATCH, TEMPERATURE, collate, prompt_ids, rollout
+from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
 from lib import llm, tiny
-from lib.data import MAX_PROMPT_TOKENS, TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
+from lib.data import TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
 from lib.files import Logs
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.model import load_policy
@@ -95,7 +83,7 @@ from lib.parallel import (all_sum, autocast, barrier, check_folder, deterministi
                           open_run, rank_prompts, read_json, resume_point, save_checkpoint, save_final, set_rng_state,
                           setup_dist, shard, stop_if_asked, stop_requests, world, writing)
 from lib.sft import SFTConfig, warm_start
-from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth, take_unencodable
+from lib.text import set_json_depth, take_unencodable
 
 # ---------------------------------------------------------------------------------------------
 # The config is the flag table below (get_args), grouped under headers; the resolved flags are printed and saved
@@ -162,7 +150,6 @@ def get_args(argv=None):
     g.add_argument("--eval-data", default=None, help="eval prompts; '' = no eval")
     g.add_argument("--sft-data", default=None, help="SFT conversations; '' = no warm start")
     g.add_argument("--skip-bad-rows", action="store_true", help="skip malformed rows instead of failing")
-    g.add_argument("--max-prompt-tokens", type=int, default=MAX_PROMPT_TOKENS, help="longer prompts are dropped (the release's)")
     g = p.add_argument_group("SFT warm start")
     g.add_argument("--sft-epochs", type=int, default=None)
     g.add_argument("--sft-lr", type=num, default=None, help="peak lr, cosine decay after warmup")
@@ -191,16 +178,9 @@ def get_args(argv=None):
     g.add_argument("--weight-decay", type=num, default=0.01, help="AdamW weight decay of the RL updates")
     g.add_argument("--grad-clip", type=num, default=1.0)
     g.add_argument("--temperature", type=num, default=TEMPERATURE, help="rollout sampling temperature")
-    g.add_argument("--max-turns", type=int, default=MAX_TURNS,
-                   help="assistant turns per trajectory (docs/method.md §6)")
-    g.add_argument("--max-tool-rounds", type=int, default=MAX_TOOL_ROUNDS,
-                   help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
     g.add_argument("--max-tokens", type=int, default=None, help="response tokens per trajectory, observations included")
     g.add_argument("--gen-batch", type=int, default=GEN_BATCH,
                    help="rollouts sampled together through all their turns; a multiple of G prefills each prompt once")
-    g.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0],
-                   help="cached = lib/sampler.py (KV caches kept across turns, each prompt prefilled once per "
-                        "group); generate = Hugging Face model.generate, the reference (rollout.py)")
     g.add_argument("--old-logprobs", choices=["sample", "recompute"], default=None,
                    help="log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass "
                         "(the release's; exact when sampling ran in lower precision than training)")
@@ -216,10 +196,6 @@ def get_args(argv=None):
     g.add_argument("--lam-sum", type=num, default=rewards.LAM, help="λ_sum of Eqs. 4 and 8")
     g.add_argument("--hierr-weights", type=num, nargs=5, default=list(rewards.WEIGHTS.values()),
                    metavar=("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"), help="Eq. 2's; 0 0 0 0 0 = 'w/o HierR'")
-    g.add_argument("--strict-calls", action="store_true",
-                   help="a block with no valid call is invalid and a response with no valid call is an omission "
-                        "(-0.5); the release only looks for the <tool_call> tag, so `<tool_call>[]</tool_call>` "
-                        "scores 1.0 on an irrelevant prompt there")
     g.add_argument("--succ-judge", action="store_true",
                    help="ToolPO's R_succ from the judge's Solved/Unsolved (the paper's main rows) instead of the "
                         "reference rule over the gold calls")
@@ -235,43 +211,13 @@ def get_args(argv=None):
     g.add_argument("--toolpo-norm-by-std", action="store_true",
                    help="ToolPO divides by the group std too (what the release's ToolPO launchers ran, verl's "
                         "default; the paper says no std, docs/method.md §3.3)")
-    g = p.add_argument_group("simulator and judge (docs/method.md §5, §2.2)")
-    g.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
-                   help="default: llm when a sim client is set, else replay")
-    g.add_argument("--schema-check", choices=SCHEMA_CHECKS, default=None,
-                   help="full = JSON-Schema validation after check 3; light = stop at check 3 (the released code's)")
-    g.add_argument("--summary-gate", choices=rewards.GATES, default=rewards.GATES[0],
-                   help="what opens S_sum and what the judge rates: real = the final turn (none when it holds a "
-                        "call), on the tool responses of calls that passed the checks and were answered; release = "
-                        "the released reward's: the text after the last tool response, on every <tool_response> "
-                        "block of the decoded trajectory, error observations included")
-    g.add_argument("--reward-input", choices=rewards.INPUTS, default=rewards.INPUTS[0],
-                   help="what the process score reads: policy = the policy's own text; decoded = the released "
-                        "reward's, the decoded trajectory with its tool turns (a <tool_call> or <think> inside a "
-                        "tool response counts as the policy's)")
+    g = p.add_argument_group("the episode and its scoring (shared with eval.py toucan; docs/method.md §2, §5, §6)")
+    add_episode_flags(g)
+    g = p.add_argument_group("simulator and judge in training")
     g.add_argument("--keep-failed", action="store_true",
                    help="train on rollouts that lost a tool or judge answer to an endpoint failure, as the release "
                         "does (the failure's error text stays in the trajectory, a failed rating scores 0); "
                         "--max-fail-rate still applies")
-    g.add_argument("--no-sgls", action="store_true", help="'w/o SGLS': no tool definition, no checks 2-4")
-    g.add_argument("--malformed", choices=MALFORMED, default=MALFORMED[0],
-                   help="a block that is not JSON or never closed: end = no call, the trajectory ends (the "
-                        "release's parser); answer = an error observation and the trajectory goes on")
-    g.add_argument("--sim-parse", choices=PARSES, default=PARSES[0],
-                   help="how the simulator reads a turn's calls: project = think blocks dropped, arguments must "
-                        "be a JSON object (check 1); release = the released agent loop's: think blocks kept (a "
-                        "call inside one is answered), arguments that are not an object go to the LLM")
-    g.add_argument("--json-depth", type=int, default=MAX_JSON_DEPTH,
-                   help=f"JSON nested deeper than this is invalid (no call, no gold) wherever model output or "
-                        f"data is parsed; up to {MAX_SAFE_DEPTH} (the release has no bound and can crash)")
-    g.add_argument("--sim-cache", default=None, help="folder for the simulator's answer cache")
-    g.add_argument("--sim-prompt", metavar="FILE", default=None,
-                   help="the simulator LLM's prompt template (e.g. the release's text) with the placeholders "
-                        "{definition} and {call}; default: simulator.PROMPT")
-    g.add_argument("--judge-prompt", metavar="FILE", default=None,
-                   help="the judge's rating template with {question}, {responses}, {response} (e.g. the release's "
-                        "text, placeholders renamed); replies are read as [[level]] or the release's "
-                        "<rating>level</rating>; default: llm.JUDGE_PROMPT")
     g.add_argument("--solved-prompt", metavar="FILE", default=None,
                    help="ToolPO's Solved/Unsolved template, the same placeholders; default: llm.SOLVED_PROMPT")
     g.add_argument("--max-fail-rate", type=num, default=0.5,
@@ -280,8 +226,6 @@ def get_args(argv=None):
     g.add_argument("--step-deadline", type=num, default=llm.STEP_DEADLINE,
                    help="seconds within which every simulator and judge request of one RL step returns (an endpoint "
                         "that stops answering then costs one step, not one deadline per request); 0 = no shared bound")
-    llm.add_client_flags(g, "sim")
-    llm.add_client_flags(g, "judge")
     g.add_argument("--judge-noise", type=num, default=0.0, metavar="P",
                    help="the noise control: with probability P an RL summary rating is replaced by a uniform "
                         "level 1..5 (rewards.NoisyJudge); evals keep the clean judge")
@@ -340,20 +284,13 @@ def check_args(p, a):
         p.error("--prompts-per-step must be a multiple of --mini-batch")
     if a.mini_batch % int(os.environ.get("WORLD_SIZE", "1")):
         p.error("--mini-batch must be a multiple of the number of processes (each takes an equal share)")
-    if not 1 <= a.json_depth <= MAX_SAFE_DEPTH:
-        p.error(f"--json-depth must be in 1..{MAX_SAFE_DEPTH}")
     if a.sft_weight_decay < 0:
         p.error("--sft-weight-decay must be >= 0")
     if a.turn_credit < 0:
         p.error("--turn-credit must be >= 0")
     if a.turn_credit and a.algo != "slca":
         p.error(f"--turn-credit is per-turn credit inside SLCA's tool segment: it needs --algo slca, not {a.algo}")
-    try:  # the frozen LLMs' prompt texts, read once here so a bad file fails before any work
-        a.sim_template = llm.read_template("--sim-prompt", a.sim_prompt, PROMPT_FIELDS, PROMPT)
-        a.judge_template = llm.read_template("--judge-prompt", a.judge_prompt, llm.JUDGE_FIELDS, llm.JUDGE_PROMPT)
-        a.solved_template = llm.read_template("--solved-prompt", a.solved_prompt, llm.JUDGE_FIELDS, llm.SOLVED_PROMPT)
-    except ValueError as e:
-        p.error(str(e))
+    check_episode_flags(p, a, a.solved_prompt)  # --json-depth, and the frozen LLMs' prompt files read once
     if any(w < 0 for w in a.hierr_weights):
         p.error("--hierr-weights must be >= 0")
     if a.resume and a.overwrite:
@@ -553,7 +490,8 @@ def run(a, rank, tasks, evals, convs, got):
         return
     logs = Logs(a.out, LOGS, main_rank)
     model, tok, tasks, evals, sft_dir, name = load_model(a, rank, tasks, evals, convs)
-    sim, judge, rl_judge, clients = frozen_llms(a)
+    sim, judge, clients = frozen_llms(a)
+    rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals: the clean one
     t_start = time.time()
     model = shard(model, a.dtype)
     if convs and not os.path.isdir(sft_dir):
@@ -625,20 +563,6 @@ def load_model(a, rank, tasks, evals, convs):
     if not tasks:
         raise SystemExit(f"no RL prompt fits --max-prompt-tokens {a.max_prompt_tokens}")
     return model, tok, tasks, evals, sft_dir, name
-
-
-def frozen_llms(a):
-    """The simulator, the judge (an LLM client, or the offline facts judge), the RL judge (with
-    --judge-noise; evals keep the clean one) and the two clients (None when not set)."""
-    sim_client = llm.client_from_args(a, "sim")
-    sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
-                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed,
-                    parse=a.sim_parse, prompt=a.sim_template)
-    judge_client = llm.client_from_args(a, "judge")
-    judge = llm.LLMJudge(judge_client, prompt=a.judge_template, solved_prompt=a.solved_template) if judge_client \
-        else rewards.FactsJudge()
-    rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge
-    return sim, judge, rl_judge, (sim_client, judge_client)
 
 
 def rl_state(a, model, opt, rank, logs, n_tasks, sft_dir):

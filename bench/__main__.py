@@ -30,7 +30,7 @@ import torch
 
 from bench import bfcl, hermes, tau2
 from bench.models import Batched, client_generate, local_generate
-from eval import FMT, bench_parser, flag, resume, text_table, who, write_summary
+from eval import FMT, bench_parser, flag, llm_client, resume, text_table, who, write_summary
 from lib import llm
 from lib.model import load_policy
 
@@ -61,7 +61,7 @@ def role_generate(a, role, max_tokens, temperature, framing, keep_system, loaded
     through llm's client, else the in-process model (the agent's --model, else --{role}-model),
     loaded once per name into `loaded`."""
     if flag(a, role, "url"):
-        return client_generate(llm.client_from_args(a, role), max_tokens, temperature, framing, keep_system,
+        return client_generate(llm_client(a, role), max_tokens, temperature, framing, keep_system,
                                a.system_template)
     name = (a.model if role == "agent" else None) or flag(a, role, "model")
     if name not in loaded:

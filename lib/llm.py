@@ -30,13 +30,12 @@ apart: the simulator marks such a call `failed`, the judge raises ConnectionErro
   exponential backoff on connection errors, timeouts, HTTP 408/429/5xx and malformed
   bodies. Bodies are capped (`max_body` bytes) and parsed with lib.text.loads (bounded
   depth), so a hostile body gives None, never an exception. Never raises.
-- `add_client_flags` / `client_from_args`: for a role ("sim", "judge", "agent", "user"),
+- `add_client_flags` / `client`: for a role ("sim", "judge", "agent", "user"), the flags
   --{role}-url/-model/-key (env fallbacks SLCA_{ROLE}_URL, _MODEL, _KEY, the key then
   OPENAI_API_KEY) and --{role}-timeout/-deadline/-retries (sim and judge: also -max-tokens,
-  the in-process cap). A URL gives an HTTPClient, else a model name or local path an
-  HFClient, else None (offline).
-- `load_policy`: the trained policy and its tokenizer; `hf_folder` turns a .gguf file into a
-  cached Hugging Face folder first (dequantized once), so everything downstream loads folders.
+  the in-process cap), and the client they name, from explicit values (`client(role,
+  **client_flags)`): a URL gives an HTTPClient, else a model name or local path an HFClient,
+  else None (offline).
 - `LLMJudge`: the judge interface of rewards.py (`rate(question, tool_responses, response,
   facts) -> int | None`) on any client, greedy, 8,192 tokens (the release's; GPT-OSS spends
   reasoning tokens inside them), answer form `Rating: [[<level>]]` (or, without one, the
@@ -295,19 +294,19 @@ def add_client_flags(parser, role):
                                  "budget, the release's sim 4,096 / judge 8,192; a small CPU model needs less)")
 
 
-def client_from_args(args, role):
-    """HTTPClient if a URL is set, else HFClient if a model is set (a hub name, folder or .gguf
-    file, loaded once for all roles that name it), else None (offline)."""
-    def get(field):
-        return getattr(args, f"{role}_{field}", None) or os.environ.get(f"SLCA_{role.upper()}_{field.upper()}")
+CLIENT_FIELDS = ("url", "model", "key", "timeout", "deadline", "retries", "max_tokens")  # add_client_flags' fields
 
-    url, model = get("url"), get("model")
+
+def client(role, url=None, model=None, key=None, timeout=TIMEOUT, deadline=DEADLINE, retries=None, max_tokens=None):
+    """The frozen LLM of `role`: HTTPClient if a URL is set, else HFClient if a model is set (a hub
+    name, folder or .gguf file, loaded once for all roles that name it), else None (offline).
+    url, model and key fall back to env SLCA_{ROLE}_URL/_MODEL/_KEY; retries to RETRIES[role]."""
+    env = lambda field, value: value or os.environ.get(f"SLCA_{role.upper()}_{field.upper()}")  # noqa: E731
+    url, model = env("url", url), env("model", model)
     if url:
-        return HTTPClient(url, model=model, api_key=get("key"),
-                          timeout=getattr(args, f"{role}_timeout", TIMEOUT),
-                          deadline=getattr(args, f"{role}_deadline", DEADLINE),
-                          retries=getattr(args, f"{role}_retries", RETRIES.get(role, 2)))
-    return HFClient(model, max_tokens=getattr(args, f"{role}_max_tokens", None)) if model else None
+        return HTTPClient(url, model=model, api_key=env("key", key), timeout=timeout, deadline=deadline,
+                          retries=RETRIES.get(role, 2) if retries is None else retries)
+    return HFClient(model, max_tokens=max_tokens) if model else None
 
 
 LEVELS = {"very poor": 1, "poor": 2, "acceptable": 3, "good": 4, "excellent": 5}  # README Eq. 3, r = 1..5

@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from lib import llm
-from lib.llm import HFClient, HTTPClient, LLMJudge, add_client_flags, client_from_args, parse_rating, parse_verdict
+from lib.llm import HFClient, HTTPClient, LLMJudge, add_client_flags, parse_rating, parse_verdict
 from helpers import linear
 from lib.text import loads
 from simulator import Simulator
@@ -271,6 +271,7 @@ def test_simulator_marks_a_dead_endpoint_failed(serve):
 # ---- flags ----------------------------------------------------------------------------------
 
 def test_flags_and_env_fallbacks(monkeypatch):
+    from eval import llm_client  # the flags -> lib.llm.client glue of train.py, eval.py and bench
     for var in ("SLCA_SIM_URL", "SLCA_SIM_MODEL", "SLCA_SIM_KEY", "SLCA_JUDGE_URL", "SLCA_JUDGE_MODEL",
                 "SLCA_JUDGE_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
@@ -278,23 +279,27 @@ def test_flags_and_env_fallbacks(monkeypatch):
     add_client_flags(parser, "sim")
     add_client_flags(parser, "judge")
     args = parser.parse_args(["--sim-url", "http://h:8000/v1", "--sim-model", "qwen", "--sim-key", "k"])
-    sim = client_from_args(args, "sim")
+    sim = llm_client(args, "sim")
     assert isinstance(sim, HTTPClient) and sim.base_url == "http://h:8000/v1"
     assert (sim.model, sim.api_key) == ("qwen", "k")
-    assert client_from_args(args, "judge") is None
+    assert llm_client(args, "judge") is None
     monkeypatch.setenv("SLCA_JUDGE_URL", "http://j:9000")
     monkeypatch.setenv("OPENAI_API_KEY", "openai-key")
-    judge = client_from_args(args, "judge")
+    judge = llm_client(args, "judge")
     assert judge.base_url == "http://j:9000/v1" and judge.model is None and judge.api_key == "openai-key"
     monkeypatch.setenv("SLCA_JUDGE_KEY", "slca-key")
-    assert client_from_args(args, "judge").api_key == "slca-key"
+    assert llm_client(args, "judge").api_key == "slca-key"
     assert (sim.timeout, sim.deadline, sim.retries) == (540.0, 1200.0, 2)  # the release's timeout and tries
     assert (judge.timeout, judge.deadline, judge.retries) == (540.0, 1200.0, 3)
     args = parser.parse_args(["--sim-url", "http://h:8000", "--sim-timeout", "30", "--sim-deadline", "90",
                               "--sim-retries", "5", "--judge-retries", "0"])
-    sim = client_from_args(args, "sim")
+    sim = llm_client(args, "sim")
     assert (sim.timeout, sim.deadline, sim.retries) == (30.0, 90.0, 5)
-    assert client_from_args(args, "judge").retries == 0
+    assert llm_client(args, "judge").retries == 0
+    # the library function takes explicit values (no argparse namespace); env fills what is not given
+    c = llm.client("judge", url="http://x:1")
+    assert (c.base_url, c.api_key, c.retries, c.timeout) == ("http://x:1/v1", "slca-key", 3, 540.0)
+    assert llm.client("user", url="http://x:1").retries == 2 and llm.client("sim") is None
 
 
 # ---- a tiny local model ---------------------------------------------------------------------
@@ -365,8 +370,7 @@ def test_hf_client_loads_a_local_path(tiny, tmp_path, monkeypatch):
     tok.save_pretrained(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("SLCA_SIM_URL", raising=False)
-    args = argparse.Namespace(sim_url=None, sim_model=str(tmp_path), sim_key=None)
-    c = client_from_args(args, "sim")
+    c = llm.client("sim", model=str(tmp_path))
     assert isinstance(c, HFClient)
     assert c.complete([USER], 0, 6) == HFClient((model, tok), device="cpu").complete([USER], 0, 6)
 
