@@ -52,8 +52,8 @@ from the whole conversation, the head on the completion; floor, every row whole,
 pass's head on every position. The rest's floor holds the training forward and backward only.
 
 --dtype bfloat16 runs every system's passes in bf16 on float32 weights (the project and the
-floor under lib.parallel.autocast, TRL with bf16=True); the project then recomputes its old
-log-probs, as train.py does by default below float32 (its --old-logprobs).
+floor under lib.parallel.autocast, TRL with bf16=True and under it too); the project then
+recomputes its old log-probs, as train.py does by default below float32 (its --old-logprobs).
 """
 import argparse
 import copy
@@ -299,7 +299,8 @@ def run_trl(world, tok, model, a, turns, budget):
         def on_step_end(self, *args, **kw):
             clock["total"] = time.perf_counter() - clock["t0"]
     trainer.add_callback(Clock())
-    trainer.train()
+    with autocast(a.dtype, "cpu"):  # its generate too, whatever bf16=True covers: the same work as the others
+        trainer.train()
     cfg = model.config
     whole = lambda attn, keep: forward_flops(cfg, [(0, int(n)) for n in attn.sum(-1)],  # noqa: E731
                                              int(attn[:, -keep:].sum()))  # every row whole, the head on the completion
