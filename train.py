@@ -89,6 +89,8 @@ from lib.text import set_json_depth, take_unencodable
 # The config is the flag table below (get_args), grouped under headers; the resolved flags are printed and saved
 # whole to <out>/config.json (and in every checkpoint). Preset flags: (demo, paper) values. No --model: the demo's,
 # sized for ~10 min on 2 CPU cores; a named --model: the paper's recipe (docs/method.md §7). Flags always win.
+# Below float32 (--dtype), --old-logprobs defaults to recompute in either preset: the sampler's log-probs carry
+# its own bf16 rounding (on a random demo-size model, up to 4e-3 per token off the recomputed ones).
 EPOCHS = 1  # RL epochs over --data: the paper's and the release's yaml (its launchers default to 5)
 PRESETS = {
     "data": ("data/world/rl.jsonl", None),          # paper None: the release's splits (lib.data.release_files)
@@ -183,7 +185,8 @@ def get_args(argv=None):
                    help="rollouts sampled together through all their turns; a multiple of G prefills each prompt once")
     g.add_argument("--old-logprobs", choices=["sample", "recompute"], default=None,
                    help="log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass "
-                        "(the release's; exact when sampling ran in lower precision than training)")
+                        "(the release's; exact when sampling ran in lower precision than training); recompute "
+                        "whenever --dtype is not float32")
     g = p.add_argument_group("loss (docs/method.md §4)")
     g.add_argument("--loss-agg", choices=AGGS, default=AGGS[1],
                    help="seq-mean-token-mean = what the released run computed (one rollout per micro-batch): a mean "
@@ -249,6 +252,8 @@ def get_args(argv=None):
     preset = TINY if a.model is None else PAPER
     if a.epochs is not None and a.steps is None:  # --epochs given: the steps follow it, whatever the preset
         preset = {**preset, "steps": None}
+    if (a.dtype or preset["dtype"]) != "float32":  # sampled log-probs carry the decode's own rounding there
+        preset = {**preset, "old_logprobs": "recompute"}
     for k, v in preset.items():
         if getattr(a, k) is None:
             setattr(a, k, v)

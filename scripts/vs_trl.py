@@ -3,6 +3,7 @@
     pip install -r requirements-bench.txt        # trl==1.16.0; torch 2.13 and transformers 5.24 stay
     python scripts/vs_trl.py                          # demo + 10M models, single- and multi-turn, 3 rounds
     python scripts/vs_trl.py --models 10M --rounds 5 --threads 2
+    python scripts/vs_trl.py --models 10M --systems project floor --dtype bfloat16   # the 10M step in bf16
 
 Identical work for all three: the shipped world's first --prompts RL prompts x G = 8 rollouts,
 sampled at temperature 1 on --threads CPU threads, scored, then ONE optimizer step (AdamW, lr
@@ -37,6 +38,22 @@ ru_maxrss; `+step` is its growth during the step), systems interleaved round by 
 shows medians over rounds, and where each step's time goes: sampling (TRL: its generate and tool
 loop), the no-grad passes (reference; TRL: reference and old log-probs), and the rest (the
 training forward/backward, optimizer step, scoring, collation).
+
+The FLOP floor. Each child also counts the matrix-multiply FLOPs of the passes its system ran
+(`forward_flops`: the linear layers, QK^T and AV over each token's actual context, the LM head
+on the positions it ran on; padding not counted; a backward is 2x its forward) and, before its
+step, times the model's own nn.Linear layers on RATE_TOKENS rows in the compute dtype on the
+same threads (`matmul_rate`, median of RATE_REPEATS). Per phase, floor s = FLOPs / that rate
+and "x floor" = measured / floor: how far a phase is from matmul-bound at the rate this machine
+reached then. What each system's passes are: project, each group's prompt once in sampling
+(prefilled once) and in every log-prob pass (lib.logprobs' share plan), the head on response
+positions only; TRL, every row whole in every pass (prompt included), a tool turn regenerating
+from the whole conversation, the head on the completion; floor, every row whole, the training
+pass's head on every position. The rest's floor holds the training forward and backward only.
+
+--dtype bfloat16 runs every system's passes in bf16 on float32 weights (the project and the
+floor under lib.parallel.autocast, TRL with bf16=True and under it too); the project then
+recomputes its old log-probs, as train.py does by default below float32 (its --old-logprobs).
 """
 import argparse
 import copy
@@ -57,13 +74,19 @@ import rollout  # noqa: E402
 from lib import chat  # noqa: E402
 from lib import tiny  # noqa: E402
 from lib.data import load_sft, load_tasks  # noqa: E402
+from lib.logprobs import share_plan  # noqa: E402
+from lib.parallel import autocast  # noqa: E402
 from segment import Call  # noqa: E402
 
 SHAPES = {"demo": (128, 2, 4), "10M": (256, 12, 8)}  # hidden, layers, heads (the demo's: train.py --tiny-size)
 SYSTEMS = ("project", "trl", "floor", "trl-ckpt")  # trl-ckpt: TRL with its default gradient checkpointing
+DTYPES = ("float32", "bfloat16")  # --dtype: the compute dtype of every pass (the weights stay float32)
 EOS_BIAS, CALL_BIAS, FORCE = 2.5, 2.8, 30.0  # as scripts/speed.py; FORCE makes a transition certain
 CALL = '\n{"name": "f", "arguments": {}}\n'   # one added token: a valid call of f
 OBS = '{"value": 42, "unit": "kg", "source": "registry", "note": "the answer of f, as recorded"}'
+RATE_TOKENS = 1024  # rows of the timed matmuls: the order of a training micro-batch's tokens (8 x ~130-600)
+RATE_REPEATS = 5    # timed passes over the model's linear layers (after one warm-up); the median is taken
+BACKWARD = 2        # a backward pass costs 2x its forward's FLOPs (the input and the weight gradients)
 
 
 def f() -> str:
@@ -128,6 +151,76 @@ def timed(fn, bucket, key, when=lambda: True):
     return wrapper
 
 
+def noted(fn, note):
+    """fn, calling note(its result, *its args, **its kwargs) after each call (what FLOPs are counted from)."""
+    def wrapper(*args, **kw):
+        out = fn(*args, **kw)
+        note(out, *args, **kw)
+        return out
+    return wrapper
+
+
+def forward_flops(cfg, spans, head):
+    """Matrix-multiply FLOPs of Qwen2 forward passes (a multiply-add is 2 FLOPs). `spans`: one
+    (past, new) per row and pass: `new` tokens fed after `past` positions already computed (a
+    KV cache, a shared prompt), token j of them attending to past + j + 1 positions; `head`:
+    how many positions the LM head runs on. Per token and layer: 2 x the weights of the q, k,
+    v, o, gate, up and down projections, plus 4 x heads x head_dim x its context (QK^T and AV);
+    per head position 2 x hidden x vocab. Biases, norms, rotary and softmax are not counted."""
+    h, heads, kv = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads
+    d = getattr(cfg, "head_dim", None) or h // heads
+    weights = h * heads * d + 2 * h * kv * d + heads * d * h + 3 * h * cfg.intermediate_size  # per layer
+    tokens = sum(new for _, new in spans)
+    context = sum(new * past + new * (new + 1) // 2 for past, new in spans)  # keys read, over all tokens
+    return cfg.num_hidden_layers * (2 * weights * tokens + 4 * heads * d * context) + 2 * h * cfg.vocab_size * head
+
+
+def matmul_rate(model, tokens=RATE_TOKENS, repeats=RATE_REPEATS):
+    """FLOP/s of the model's own nn.Linear layers (the LM head included) applied to `tokens`
+    random rows, in the current (autocast) dtype and thread count: the median of `repeats`
+    timed passes after a warm-up one."""
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    x = {m.in_features: torch.randn(tokens, m.in_features) for m in layers}   # (tokens, in)
+    flops = sum(2 * tokens * m.in_features * m.out_features for m in layers)
+    times = []
+    with torch.no_grad():
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            for m in layers:
+                m(x[m.in_features])
+            times.append(time.perf_counter() - t0)
+    return flops / statistics.median(times[1:])
+
+
+def rollout_flops(cfg, rs):
+    """The project's sampling (rollout.py's cached sampler): each group's prompt prefilled
+    once, then every response id (sampled or tool-turn glue) at its context; the head once per
+    sampled id."""
+    prompts = {r.group: len(r.prompt) for r in rs}
+    spans = [(0, n) for n in prompts.values()] + [(len(r.prompt), len(r.ids)) for r in rs]
+    return forward_flops(cfg, spans, sum(sum(r.mask) for r in rs))
+
+
+def logprob_flops(cfg, ids, attn, mask, groups=None):
+    """One lib.logprobs.token_logprobs call: each group's shared prefix once (its share plan)
+    and each row's own tokens after it, or every row whole without a plan; the head on the
+    masked positions."""
+    plan = share_plan(ids, attn, groups) if groups is not None else None
+    if plan is None:
+        spans = [(0, int(n)) for n in attn.sum(-1)]
+    else:
+        _, n, _, g, P = plan
+        spans = [(0, int(p)) for p in P] + [(int(P[k]), int(m - P[k])) for m, k in zip(n, g)]
+    return forward_flops(cfg, spans, int(mask[:, 1:].sum()))
+
+
+def generate_flops(cfg, prompts, completions):
+    """`model.generate` of each prompt (ids) alone, whole, then its completion's ids at their
+    context (a finished row's padding not counted); the head once per completion id."""
+    spans = [(0, len(p) + len(c)) for p, c in zip(prompts, completions)]
+    return forward_flops(cfg, spans, sum(map(len, completions)))
+
+
 def run_project(world, tok, model, a, turns, budget):
     import rewards
     import train
@@ -138,19 +231,26 @@ def run_project(world, tok, model, a, turns, budget):
                            "--prompts-per-step", str(a.prompts), "--mini-batch", str(a.prompts),
                            "--micro-batch", "8", "--max-tokens", str(budget), "--max-turns", str(turns),
                            "--max-tool-rounds", "0", "--gen-batch", str(a.prompts * a.group_size),
-                           "--lr", "1e-4", "--device", "cpu", "--malformed", "answer"])
-    ref = copy.deepcopy(model).eval().requires_grad_(False)
+                           "--lr", "1e-4", "--device", "cpu", "--malformed", "answer", "--dtype", a.dtype])
+    ref = copy.deepcopy(model).to(getattr(torch, a.dtype)).eval().requires_grad_(False)  # as train.py: compute dtype
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    phases = {}
+    phases, calls = {}, []  # calls: (grad enabled, ids, attn, mask, groups) of every log-prob pass
+    note = lambda out, model, ids, attn, mask, groups=None, **kw: calls.append(  # noqa: E731
+        (torch.is_grad_enabled(), ids, attn, mask, groups))
     train.rollout = timed(train.rollout, phases, "sample")
-    train.token_logprobs = timed(train.token_logprobs, phases, "no-grad", lambda: not torch.is_grad_enabled())
+    train.token_logprobs = timed(noted(train.token_logprobs, note), phases, "no-grad", lambda: not torch.is_grad_enabled())
     before = rss_mb()
     t0 = time.perf_counter()
-    m, rs, *_ = train.rl_step(model, ref, tok, opt, world[:a.prompts], list(range(a.prompts)), FixedSim(),
-                              rewards.FactsJudge(), args, 0, 0)
+    with autocast(a.dtype, "cpu"):
+        m, rs, *_ = train.rl_step(model, ref, tok, opt, world[:a.prompts], list(range(a.prompts)), FixedSim(),
+                                  rewards.FactsJudge(), args, 0, 0)
     total = time.perf_counter() - t0
+    cfg = model.config
+    flops = {"sample": rollout_flops(cfg, rs),
+             "no-grad": sum(logprob_flops(cfg, *c[1:]) for c in calls if not c[0]),
+             "rest": (1 + BACKWARD) * sum(logprob_flops(cfg, *c[1:]) for c in calls if c[0])}
     tokens = sum(len(r.ids) for r in rs) / len(rs)
-    return total, phases, before, tokens, sum(r.tool_turns for r in rs) / len(rs)
+    return total, phases, flops, before, tokens, sum(r.tool_turns for r in rs) / len(rs)
 
 
 def run_trl(world, tok, model, a, turns, budget):
@@ -171,15 +271,19 @@ def run_trl(world, tok, model, a, turns, budget):
                      gradient_accumulation_steps=a.prompts * a.group_size // 8, num_generations=a.group_size,
                      max_completion_length=budget, max_steps=1, learning_rate=1e-4, beta=0.001,
                      temperature=1.0, top_p=1.0, top_k=0, use_cpu=True, report_to=[], save_strategy="no",
-                     logging_steps=1, bf16=False, shuffle_dataset=False, disable_tqdm=True, seed=0,
+                     logging_steps=1, bf16=a.dtype == "bfloat16", shuffle_dataset=False, disable_tqdm=True, seed=0,
                      gradient_checkpointing=a.system == "trl-ckpt",  # off as the project at these sizes; TRL's default is on
                      max_tool_calling_iterations=turns - 1 if turns > 1 else None, dataloader_num_workers=0)
     trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [float(len(str(c))) for c in completions],
                           args=cfg, train_dataset=data, processing_class=tok, tools=[f] if turns > 1 else None)
-    phases, clock, seen = {}, {}, {}
+    phases, clock, seen, gens, passes = {}, {}, {}, [], []  # gens: (prompts, completions) of each generate call
     trainer._generate = timed(trainer._generate, phases, "sample")
-    trainer._get_per_token_logps_and_entropies = timed(trainer._get_per_token_logps_and_entropies, phases,
-                                                       "no-grad", lambda: not torch.is_grad_enabled())
+    trainer._generate_single_turn = noted(trainer._generate_single_turn,
+                                          lambda out, prompt_ids, *args, **kw: gens.append((prompt_ids, out[0])))
+    note = lambda out, model, input_ids, attention_mask, logits_to_keep, *args, **kw: passes.append(  # noqa: E731
+        (torch.is_grad_enabled(), attention_mask, logits_to_keep))
+    trainer._get_per_token_logps_and_entropies = timed(noted(trainer._get_per_token_logps_and_entropies, note),
+                                                       phases, "no-grad", lambda: not torch.is_grad_enabled())
     real = trainer._generate_and_score_completions
 
     def spy(*args, **kw):
@@ -195,10 +299,17 @@ def run_trl(world, tok, model, a, turns, budget):
         def on_step_end(self, *args, **kw):
             clock["total"] = time.perf_counter() - clock["t0"]
     trainer.add_callback(Clock())
-    trainer.train()
+    with autocast(a.dtype, "cpu"):  # its generate too, whatever bf16=True covers: the same work as the others
+        trainer.train()
+    cfg = model.config
+    whole = lambda attn, keep: forward_flops(cfg, [(0, int(n)) for n in attn.sum(-1)],  # noqa: E731
+                                             int(attn[:, -keep:].sum()))  # every row whole, the head on the completion
+    flops = {"sample": sum(generate_flops(cfg, p, c) for p, c in gens),
+             "no-grad": sum(whole(attn, keep) for grad, attn, keep in passes if not grad),
+             "rest": (1 + BACKWARD) * sum(whole(attn, keep) for grad, attn, keep in passes if grad)}
     tokens = statistics.mean(seen.get("tokens", [0.0]))
     calls = trainer.state.log_history[0].get("tools/call_frequency", 0.0)  # calls per rollout
-    return clock["total"], phases, clock["before"], tokens, float(calls)
+    return clock["total"], phases, flops, clock["before"], tokens, float(calls)
 
 
 def run_floor(world, tok, model, a, turns, budget, n_new):
@@ -213,7 +324,7 @@ def run_floor(world, tok, model, a, turns, budget, n_new):
     phases, before = {}, rss_mb()
     t0 = time.perf_counter()
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), autocast(a.dtype, "cpu"):
         out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=n_new, min_new_tokens=n_new,
                              do_sample=True, temperature=1.0, top_k=0, top_p=1.0, eos_token_id=None)
     phases["sample"] = time.perf_counter() - t0
@@ -222,10 +333,16 @@ def run_floor(world, tok, model, a, turns, budget, n_new):
     pos = (full.cumsum(-1) - 1).clamp(min=0)
     for s in range(0, len(out), 8):
         x, m = out[s:s + 8], full[s:s + 8]
-        logp = model(input_ids=x, attention_mask=m, position_ids=pos[s:s + 8]).logits[:, P - 1:-1].float().log_softmax(-1)
+        with autocast(a.dtype, "cpu"):
+            logits = model(input_ids=x, attention_mask=m, position_ids=pos[s:s + 8]).logits
+        logp = logits[:, P - 1:-1].float().log_softmax(-1)
         (-logp.gather(-1, x[:, P:, None]).mean() / (len(out) // 8)).backward()
     opt.step()
-    return time.perf_counter() - t0, phases, before, float(n_new), 0.0
+    total = time.perf_counter() - t0
+    cfg, n = model.config, [len(p) + n_new for p in prompts]
+    flops = {"sample": generate_flops(cfg, prompts, [[0] * n_new] * len(prompts)), "no-grad": 0,
+             "rest": (1 + BACKWARD) * forward_flops(cfg, [(0, k) for k in n], sum(n))}  # full logits: every position
+    return total, phases, flops, before, float(n_new), 0.0
 
 
 def child(a):
@@ -233,21 +350,36 @@ def child(a):
     torch.manual_seed(a.seed)
     world, tok, model = setup(a.model, a.workload)
     params = sum(p.numel() for p in model.parameters()) / 1e6
+    with autocast(a.dtype, "cpu"):
+        rate = matmul_rate(model)
     turns = 1 if a.workload == "single-turn" else a.turns
     budget = a.tokens * turns
     if a.system == "project":
-        total, phases, before, tokens, calls = run_project(world, tok, model, a, turns, budget)
+        total, phases, flops, before, tokens, calls = run_project(world, tok, model, a, turns, budget)
     elif a.system in ("trl", "trl-ckpt"):
-        total, phases, before, tokens, calls = run_trl(world, tok, model, a, turns, budget)
+        total, phases, flops, before, tokens, calls = run_trl(world, tok, model, a, turns, budget)
     else:
-        total, phases, before, tokens, calls = run_floor(world, tok, model, a, turns, budget, a.floor_tokens)
+        total, phases, flops, before, tokens, calls = run_floor(world, tok, model, a, turns, budget, a.floor_tokens)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print("RESULT " + json.dumps({"total": total, "phases": phases, "peak_mb": peak, "step_mb": peak - before,
-                                  "tokens": tokens, "calls": calls,
+    print("RESULT " + json.dumps({"total": total, "phases": phases, "flops": flops, "rate": rate, "peak_mb": peak,
+                                  "step_mb": peak - before, "tokens": tokens, "calls": calls,
                                   "params": params}), flush=True)
 
 
-def main():
+PHASES = ("sample", "no-grad", "rest")  # the table's phases, as the children time them (rest: the step's remainder)
+
+
+def floor_cells(times, flops, rate):
+    """The table's floor columns for one system: the matmul rate (GFLOP/s), each phase's GFLOP,
+    the step's floor time (its FLOPs at `rate`), and measured / floor per phase and for the
+    step ("-" for a phase with no FLOPs). times, flops: per phase (PHASES); rate: FLOP/s."""
+    ratio = lambda t, n: f"{t / (n / rate):.2f}x" if n else "-"  # noqa: E731
+    total = sum(flops.values())
+    return ([f"{rate / 1e9:.1f}"] + [f"{flops[k] / 1e9:.1f}" for k in PHASES] + [f"{total / rate:.2f}"]
+            + [ratio(times[k], flops[k]) for k in PHASES] + [ratio(sum(times.values()), total)])
+
+
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     p.add_argument("--workloads", nargs="+", default=["single-turn", "multi-turn"], choices=["single-turn", "multi-turn"])
@@ -258,11 +390,12 @@ def main():
     p.add_argument("--tokens", type=int, default=256, help="new ids per turn (single-turn: exactly this many)")
     p.add_argument("--turns", type=int, default=4, help="turn cap of the multi-turn workload")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dtype", choices=DTYPES, default=DTYPES[0], help="compute dtype of every system's passes")
     p.add_argument("--tmp", default="/tmp/slca-bench-trl")
     p.add_argument("--child", nargs=3, metavar=("SYSTEM", "MODEL", "WORKLOAD"), help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--floor-tokens", type=int, default=256, help=argparse.SUPPRESS)
-    a = p.parse_args()
+    a = p.parse_args(argv)
     if a.child:
         a.system, a.model, a.workload = a.child
         return child(a)
@@ -277,7 +410,7 @@ def main():
                     cmd = [sys.executable, os.path.abspath(__file__), "--child", s, shape, wl, "--seed", str(rnd),
                            "--floor-tokens", str(n_new), "--threads", str(a.threads), "--prompts", str(a.prompts),
                            "--group-size", str(a.group_size), "--tokens", str(a.tokens), "--turns", str(a.turns),
-                           "--tmp", a.tmp]
+                           "--dtype", a.dtype, "--tmp", a.tmp]
                     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"}
                     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
                     line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
@@ -293,16 +426,19 @@ def main():
             med = {s: {k: statistics.median(x[k] for x in res[s]) for k in ("total", "peak_mb", "step_mb", "tokens")}
                    for s in a.systems}
             for s in a.systems:
-                ph = {k: statistics.median(x["phases"].get(k, 0.0) for x in res[s]) for k in ("sample", "no-grad")}
-                rest = med[s]["total"] - sum(ph.values())
+                ph = {k: statistics.median(x["phases"].get(k, 0.0) for x in res[s]) for k in PHASES[:2]}
+                ph["rest"] = med[s]["total"] - sum(ph.values())
                 ratio = med[s]["total"] / med["trl"]["total"] if "trl" in med else float("nan")
+                flops = {k: statistics.median(x["flops"][k] for x in res[s]) for k in PHASES}
                 rows.append((shape, f"{res[s][0]['params']:.1f}M", wl, s, f"{med[s]['total']:.1f}", f"{ratio:.2f}x",
-                             f"{ph['sample']:.1f}", f"{ph['no-grad']:.1f}", f"{rest:.1f}", f"{med[s]['peak_mb']:.0f}",
-                             f"{med[s]['step_mb']:.0f}", f"{med[s]['tokens']:.0f}"))
+                             *(f"{ph[k]:.1f}" for k in PHASES), f"{med[s]['peak_mb']:.0f}",
+                             f"{med[s]['step_mb']:.0f}", f"{med[s]['tokens']:.0f}",
+                             *floor_cells(ph, flops, statistics.median(x["rate"] for x in res[s]))))
     head = ("model", "params", "workload", "system", "step s", "vs TRL", "sampling s", "no-grad s", "rest s",
-            "peak MB", "+step MB", "tok/row")
+            "peak MB", "+step MB", "tok/row", "GFLOP/s", "sampling GFLOP", "no-grad GFLOP", "rest GFLOP",
+            "floor s", "sampling x floor", "no-grad x floor", "rest x floor", "step x floor")
     print(f"\n{a.prompts} prompts x G={a.group_size}, {a.tokens} new ids per turn (multi-turn: up to {a.turns} turns), "
-          f"{a.threads} threads, medians of {a.rounds} interleaved rounds; load average at start "
+          f"{a.dtype}, {a.threads} threads, medians of {a.rounds} interleaved rounds; load average at start "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")

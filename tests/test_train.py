@@ -282,6 +282,41 @@ def test_old_logprobs_from_sampling_equal_the_recomputed_ones(world):
         assert torch.allclose(v, finals["recompute"][k], atol=1e-6), k
 
 
+def test_old_logprobs_are_recomputed_below_float32_unless_given():
+    assert train.get_args([]).old_logprobs == "sample"
+    assert train.get_args(["--dtype", "bfloat16"]).old_logprobs == "recompute"
+    assert train.get_args(["--dtype", "bfloat16", "--old-logprobs", "sample"]).old_logprobs == "sample"
+
+
+@pytest.mark.slow
+def test_bf16_on_cpu_end_to_end(world):
+    """--dtype bfloat16 on a CPU: SFT, one RL step and the evals under bf16 autocast on float32
+    weights. Every logged number is finite, the weights stay float32 and finite; the PPO ratio is
+    exactly 1 before the update with the recomputed old log-probs (the default below float32), and
+    within bf16 rounding of 1 with the sampled ones."""
+    tmp, rl, sft_path = world
+    argv = ["--data", rl, "--sft-data", sft_path, "--eval-data", rl, "--eval-limit", "2", "--sft-epochs", "1",
+            "--steps", "1", "--group-size", "4", "--prompts-per-step", "2", "--mini-batch", "2", "--max-tokens", "32",
+            "--max-turns", "2", "--dtype", "bfloat16", "--show", "0"]
+    for how in ("default", "sample"):
+        out = tmp / how
+        train.main(argv + ["--out", str(out)] + (["--old-logprobs", how] if how != "default" else []))
+        rows = [json.loads(l) for f in ("metrics", "eval") for l in open(out / f"{f}.jsonl")]
+        leaves = lambda x: [v for y in (x.values() if isinstance(x, dict) else x) for v in leaves(y)] \
+            if isinstance(x, (dict, list)) else [x]  # noqa: E731
+        assert len(rows) > 3 and None not in leaves(rows)  # json_safe writes a non-finite number as null
+        m = [r for r in rows if "ratio" in r][0]                     # the RL step
+        assert m["kl"] > 0, "bf16 was not in effect: the bf16 reference equals the float32 policy"
+        if how == "default":
+            assert json.load(open(out / "config.json"))["old_logprobs"] == "recompute"
+            assert m["ratio"] == 1.0 and m["approx_kl"] == 0.0 and m["clip_frac"] == 0.0
+        else:
+            assert abs(m["ratio"] - 1) < 1e-2 and abs(m["approx_kl"]) < 1e-3
+        from transformers import AutoModelForCausalLM
+        final = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
+        assert all(v.dtype == torch.float32 and torch.isfinite(v).all() for v in final.values())
+
+
 @pytest.mark.slow
 def test_sampler_generate_trains_and_greedy_matches_cached(world, monkeypatch):
     """`--sampler generate` (rollout.generate, model.generate) runs train.py end to end, the RL
