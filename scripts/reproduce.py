@@ -454,6 +454,49 @@ def plot_noise(res, levels, path):
     save(fig, axes, path)
 
 
+def experiment(a, out):
+    """The RL runs of the experiment the flags ask for: [(name, train.py flags)], and the flags of
+    every seed's SFT start (--bonus: the worlds are built in <out>/world-k<K>/ first)."""
+    if a.bonus is not None:  # one world per K; their SFT data are one file's bytes, so one SFT start per seed
+        worlds = {k: bonus_world(out, k, a.world_scale) for k in a.bonus}
+        w0 = worlds[a.bonus[0]]
+        return ([(f"{algo}-k{k}", ALGOS[algo] + ["--data", worlds[k]["rl"], "--eval-data", worlds[k]["eval"]])
+                 for k in a.bonus for algo in NOISE_ALGOS], ["--data", w0["rl"], "--sft-data", w0["sft"]])
+    if a.noise:
+        return [noise_run(algo, p) for p in a.noise for algo in NOISE_ALGOS], []
+    if a.turn_credit is not None:
+        return [(algo, ALGOS[algo]) for algo in TURN_ALGOS] + [turn_run(a.turn_credit)], []
+    return [(name, ALGOS[name]) for name in a.algos], []
+
+
+def write_outputs(a, argv, out, res, wall, kept):
+    """<out>/<stem>.md and .json, and the figures; returns (stem, the header, the report text, the figures' names)."""
+    text = (bonus_table(res, a.bonus) if a.bonus is not None else turn_report(res) if a.turn_credit is not None
+            else table(res))
+    header = (f"# scripts/reproduce.py {' '.join(argv)}\n\nseeds {a.seeds}, wall time {wall:.0f}s ({a.jobs} runs at a time, "
+              f"{1 if a.jobs > 1 else os.environ.get('OMP_NUM_THREADS', 'default')} thread(s) each{kept}); "
+              "held-out eval split, greedy.\n\n")
+    stem = ("bonus" if a.bonus is not None else "noise" if a.noise else "turn" if a.turn_credit is not None
+            else "table")  # beside the comparison's
+    with open(os.path.join(out, f"{stem}.md"), "w") as f:
+        f.write(header + text)
+    with open(os.path.join(out, f"{stem}.json"), "w") as f:
+        json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "bonus": a.bonus, "turn_credit": a.turn_credit,
+                   "wall_s": wall, "results": res},
+                  f, indent=1)
+    if a.bonus is not None:
+        plot_bonus(res, os.path.join(out, "bonus.png"))
+        pngs = "bonus.png"
+    else:
+        plot_curves(res, os.path.join(out, "curves.png" if stem == "table" else f"{stem}-curves.png"))
+        pngs = {"noise": "noise-curves.png, noise.png", "turn": "turn-curves.png"}.get(stem, "curves.png, demo.png")
+    if "slca" in res and stem == "table":  # the demo's own curve: slca of seed s is `python train.py --seed s`
+        plot_curves({"slca": res["slca"]}, os.path.join(out, "demo.png"))
+    if a.noise:
+        plot_noise(res, a.noise, os.path.join(out, "noise.png"))
+    return stem, header, text, pngs
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -482,19 +525,7 @@ def main(argv=None):
     extra = (TOY if a.size == "toy" else []) + extra
     t0 = time.time()
 
-    start_flags = []
-    if a.bonus is not None:  # one world per K; their SFT data are one file's bytes, so one SFT start per seed
-        worlds = {k: bonus_world(out, k, a.world_scale) for k in a.bonus}
-        w0 = worlds[a.bonus[0]]
-        start_flags = ["--data", w0["rl"], "--sft-data", w0["sft"]]
-        plan = [(f"{algo}-k{k}", ALGOS[algo] + ["--data", worlds[k]["rl"], "--eval-data", worlds[k]["eval"]])
-                for k in a.bonus for algo in NOISE_ALGOS]
-    elif a.noise:
-        plan = [noise_run(algo, p) for p in a.noise for algo in NOISE_ALGOS]
-    elif a.turn_credit is not None:
-        plan = [(algo, ALGOS[algo]) for algo in TURN_ALGOS] + [turn_run(a.turn_credit)]
-    else:
-        plan = [(name, ALGOS[name]) for name in a.algos]
+    plan, start_flags = experiment(a, out)
     runs, starts = {}, {}
     for seed in a.seeds:
         starts[seed] = os.path.join(out, f"sft-s{seed}")
@@ -508,31 +539,9 @@ def main(argv=None):
                                               runs[job], a.jobs), runs)
 
     res = bonus_summary(runs) if a.bonus is not None else collect(runs)
-    text = (bonus_table(res, a.bonus) if a.bonus is not None else turn_report(res) if a.turn_credit is not None
-            else table(res))
     wall = time.time() - t0
     kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""
-    header = (f"# scripts/reproduce.py {' '.join(argv)}\n\nseeds {a.seeds}, wall time {wall:.0f}s ({a.jobs} runs at a time, "
-              f"{1 if a.jobs > 1 else os.environ.get('OMP_NUM_THREADS', 'default')} thread(s) each{kept}); "
-              "held-out eval split, greedy.\n\n")
-    stem = ("bonus" if a.bonus is not None else "noise" if a.noise else "turn" if a.turn_credit is not None
-            else "table")  # beside the comparison's
-    with open(os.path.join(out, f"{stem}.md"), "w") as f:
-        f.write(header + text)
-    with open(os.path.join(out, f"{stem}.json"), "w") as f:
-        json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "bonus": a.bonus, "turn_credit": a.turn_credit,
-                   "wall_s": wall, "results": res},
-                  f, indent=1)
-    if a.bonus is not None:
-        plot_bonus(res, os.path.join(out, "bonus.png"))
-        pngs = "bonus.png"
-    else:
-        plot_curves(res, os.path.join(out, "curves.png" if stem == "table" else f"{stem}-curves.png"))
-        pngs = {"noise": "noise-curves.png, noise.png", "turn": "turn-curves.png"}.get(stem, "curves.png, demo.png")
-    if "slca" in res and stem == "table":  # the demo's own curve: slca of seed s is `python train.py --seed s`
-        plot_curves({"slca": res["slca"]}, os.path.join(out, "demo.png"))
-    if a.noise:
-        plot_noise(res, a.noise, os.path.join(out, "noise.png"))
+    stem, header, text, pngs = write_outputs(a, argv, out, res, wall, kept)
     print("\n" + header + text)
     print(f"wall time {wall:.0f}s{kept}; outputs in {out}/ ({stem}.md, {stem}.json, {pngs})")
     return res

@@ -379,6 +379,33 @@ def floor_cells(times, flops, rate):
             + [ratio(times[k], flops[k]) for k in PHASES] + [ratio(sum(times.values()), total)])
 
 
+def rounds(a, shape, wl):
+    """--rounds steps of every system on (model shape, workload), each in a fresh child process,
+    interleaved round by round; the floor's rows get as many new ids as the project's had. Returns
+    {system: [the child's result per round]}."""
+    res = {s: [] for s in a.systems}
+    for rnd in range(a.rounds):
+        n_new = a.tokens
+        for s in a.systems:  # interleaved: project, trl, floor, project, ...
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", s, shape, wl, "--seed", str(rnd),
+                   "--floor-tokens", str(n_new), "--threads", str(a.threads), "--prompts", str(a.prompts),
+                   "--group-size", str(a.group_size), "--tokens", str(a.tokens), "--turns", str(a.turns),
+                   "--dtype", a.dtype, "--tmp", a.tmp]
+            env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"}
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+            if out.returncode or not line:
+                sys.exit(f"{s} {shape} {wl} failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}")
+            r = json.loads(line[0][7:])
+            res[s].append(r)
+            if s == "project":
+                n_new = max(1, round(r["tokens"]))
+            print(f"round {rnd} {shape} {wl} {s}: {r['total']:.1f}s "
+                  f"{ {k: round(v, 1) for k, v in r['phases'].items()} } peak {r['peak_mb']:.0f} MB "
+                  f"tok/row {r['tokens']:.0f} calls/row {r['calls']:.2f}", flush=True)
+    return res
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
@@ -403,26 +430,7 @@ def main(argv=None):
     rows = []
     for shape in a.models:
         for wl in a.workloads:
-            res = {s: [] for s in a.systems}
-            for rnd in range(a.rounds):
-                n_new = a.tokens
-                for s in a.systems:  # interleaved: project, trl, floor, project, ...
-                    cmd = [sys.executable, os.path.abspath(__file__), "--child", s, shape, wl, "--seed", str(rnd),
-                           "--floor-tokens", str(n_new), "--threads", str(a.threads), "--prompts", str(a.prompts),
-                           "--group-size", str(a.group_size), "--tokens", str(a.tokens), "--turns", str(a.turns),
-                           "--dtype", a.dtype, "--tmp", a.tmp]
-                    env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"}
-                    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-                    line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-                    if out.returncode or not line:
-                        sys.exit(f"{s} {shape} {wl} failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}")
-                    r = json.loads(line[0][7:])
-                    res[s].append(r)
-                    if s == "project":
-                        n_new = max(1, round(r["tokens"]))
-                    print(f"round {rnd} {shape} {wl} {s}: {r['total']:.1f}s "
-                          f"{ {k: round(v, 1) for k, v in r['phases'].items()} } peak {r['peak_mb']:.0f} MB "
-                          f"tok/row {r['tokens']:.0f} calls/row {r['calls']:.2f}", flush=True)
+            res = rounds(a, shape, wl)
             med = {s: {k: statistics.median(x[k] for x in res[s]) for k in ("total", "peak_mb", "step_mb", "tokens")}
                    for s in a.systems}
             for s in a.systems:
