@@ -13,6 +13,11 @@ Stages (docs/method.md §7):
    Eq. 14, `grpo`, Eq. 6, or `toolpo`, Eq. 13) -> old and reference log-probs -> PPO mini-batches with
    gradient accumulation (loss.py, Eqs. 9-12) -> AdamW step per mini-batch -> log -> eval -> checkpoint.
 
+The file, in reading order: the presets and the flag table (get_args, check_args: the run's whole
+config, one flag a line, about 170 lines; the flags an eval shares are eval.add_episode_flags), the
+RL step (rl_step and the three passes it calls, about 150 lines), and the run (main, run and the
+start, eval and log helpers, about 170 lines).
+
 Per-turn credit (`--turn-credit ω`, README Eq. 14, slca only, off by default). The tool turns of a
 rollout are its assistant turns but the last (the summary, Eq. 1); each is scored against its gold
 step (rewards.turn_rewards) and normalised over the group's rollouts that have that turn. A rollout
