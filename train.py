@@ -200,7 +200,8 @@ def get_args(argv=None):
                    help="rollouts sampled together through all their turns; a multiple of G prefills each prompt once")
     g.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0],
                    help="cached = lib/sampler.py (KV caches kept across turns, each prompt prefilled once per "
-                        "group); generate = Hugging Face model.generate, the reference (rollout.py)")
+                        "group); generate = Hugging Face model.generate, the reference; compiled = cached with "
+                        "each decoding step through torch.compile (lib/compiled.py; Qwen2 only) (rollout.py)")
     g.add_argument("--old-logprobs", choices=["sample", "recompute"], default=None,
                    help="log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass "
                         "(the release's; exact when sampling ran in lower precision than training)")
