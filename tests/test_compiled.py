@@ -13,6 +13,7 @@ from rollout import prompt_ids, rollout, stop_ids
 from test_rollout import EchoSim, calling, world
 
 
+@pytest.mark.slow  # compiles the step (~40 s on a loaded 2-core machine, seconds once cached on disk)
 def test_compiled_steps_match_the_forward_in_one_graph(monkeypatch):
     """Two turns of rows stopping at different steps (7 rows down to 1, the cache full every 3
     ids): greedy ids equal, log-probs within 1e-5, and no step compiles a second graph."""
