@@ -12,9 +12,11 @@ the matmuls, one call per step.
 
 Shapes: the rows (live rows leave the batch) and the cache columns (one more each step) are
 dynamic dimensions (`torch.compile(dynamic=True)`), so one graph serves every step of every
-turn; a batch of one row compiles once more (sizes 0 and 1 are always specialised). The first
-call compiles (tens of seconds on a CPU, cached on disk after that: TORCHINDUCTOR_CACHE_DIR);
-scripts/decode.py counts that time.
+turn, whatever the rows and columns. A single row runs as two (torch.compile specialises a
+size of 1: it would compile a second graph), its cache copied as views of a buffer like the
+cache's own (a plain tensor fails a guard on the view's base: a second graph too). The first
+call compiles (a minute on a loaded 2-core CPU for the 10M model, much less once inductor's
+on-disk cache holds it: TORCHINDUCTOR_CACHE_DIR); scripts/decode.py counts that time.
 
 What it computes, per layer of a Qwen2 (Qwen2ForCausalLM only, with its own forward: a model
 with forward hooks or a forward of its own is refused, since `step` reads its weights and
@@ -70,7 +72,7 @@ def step(model, ids, pos, bias, keys, values):
 
 
 def decode(model, feed, pos, mask, cache, run=step):
-    """sample's decode step through `run` (`step`, or `compiled` below): the logits (b, V) of the
+    """sample's decode step through `run` (`step`, or compiled: `compiled` below): the logits (b, V) of the
     ids `feed` (b,) at `pos` (b, 1); `mask` (b, n + 1) covers the n cache columns and the new id,
     whose keys and values are then written into the cache (Slots.update, in place)."""
     if model._forward_hooks or model._forward_pre_hooks or type(model).forward is not Qwen2ForCausalLM.forward:
@@ -80,14 +82,22 @@ def decode(model, feed, pos, mask, cache, run=step):
     bias = torch.zeros(b, n, device=mask.device).masked_fill(mask[:, :n] == 0, float("-inf"))  # (b, n)
     layers = cache.layers
     keys, values = [x.keys for x in layers], [x.values for x in layers]   # (b, Hkv, n, D) each
-    if b == 1:  # one row runs as two (a batch of one would compile a graph of its own), its cache
-        feed, pos, bias = feed.repeat(2), pos.repeat(2, 1), bias.repeat(2, 1)  # copied as views of buffers, as the
-        keys = [x.k.repeat(2, 1, 1, 1)[:, :, :n] for x in layers]          # cache's own (a plain tensor: a guard
-        values = [x.v.repeat(2, 1, 1, 1)[:, :, :n] for x in layers]        # fails, another graph)
+    if b == 1:  # one row runs as two, its cache as views of a buffer (the module docstring: one graph)
+        feed, pos, bias = feed.repeat(2), pos.repeat(2, 1), bias.repeat(2, 1)
+        keys = [x.k.repeat(2, 1, 1, 1)[:, :, :n] for x in layers]          # (2, Hkv, n, D) each
+        values = [x.v.repeat(2, 1, 1, 1)[:, :, :n] for x in layers]
     logits, new = run(model, feed, pos, bias, keys, values)
     for layer, (k, v) in zip(layers, new):
         layer.update(k[:b], v[:b])
     return logits[:b]
 
 
-compiled = functools.partial(decode, run=torch.compile(step, dynamic=True))
+@functools.cache
+def compiled_step():
+    """`step` through torch.compile, made at the first call (building the compiler takes a second)."""
+    return torch.compile(step, dynamic=True)
+
+
+def compiled(model, feed, pos, mask, cache):
+    """`decode` through the compiled `step`: `--sampler compiled`'s decode step."""
+    return decode(model, feed, pos, mask, cache, run=compiled_step())
