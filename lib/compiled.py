@@ -1,14 +1,15 @@
 """The compiled decode step of `--sampler compiled`: lib.sampler.sample with each one-id decoding
 step run through torch.compile instead of the model's own forward.
 
-Why: at 64 rows a decode step of a small model does little arithmetic per op, and the model's
-forward spends most of a step in framework work around it (the mask it builds each step, the
-cache classes, dozens of small ops per layer). `step` is the same arithmetic as the model's
-forward for one new id per row, written as one pure function of tensors: the new id's keys
-and values come out of it (`sample` writes them into its cache with Slots.update, outside the
-compiled graph), and attention reads the cache's columns plus the new id's own key, so the
-graph never mutates its inputs. torch.compile (inductor) turns it into a few fused kernels and
-the matmuls, one call per step.
+Why: at one id per row the model's forward spends much of a step around its arithmetic (the
+mask it builds every step, SDPA's CPU kernel with a mask, the cache classes, dozens of small
+ops per layer). `step` is the same arithmetic for one new id per row, written as one pure
+function of tensors: the new id's keys and values come out of it (`decode` writes them into
+the cache with Slots.update, outside the compiled graph) and attention reads the cache's
+columns plus the new id's own key, so the graph never mutates its inputs. torch.compile
+(inductor) turns it into the matmuls and a few fused kernels, one call per step. What is left
+is the matmuls and the read of every layer's keys and values: past a few hundred ids of cache
+that read, not the FLOPs, bounds a step on a CPU (scripts/decode.py prints both).
 
 Shapes: the rows (live rows leave the batch) and the cache columns (one more each step) are
 dynamic dimensions (`torch.compile(dynamic=True)`), so one graph serves every step of every
@@ -21,10 +22,11 @@ on-disk cache holds it: TORCHINDUCTOR_CACHE_DIR); scripts/decode.py counts that 
 What it computes, per layer of a Qwen2 (Qwen2ForCausalLM only, with its own forward: a model
 with forward hooks or a forward of its own is refused, since `step` reads its weights and
 would skip them): the layer's own modules (norms, projections, MLP, rotary embedding), with
-attention as softmax over [cache columns + mask bias, the new id] in float32, as the model's
-eager attention. Greedy ids equal `--sampler cached`'s and log-probs agree within 1e-5 in
-float32 (tests/test_rollout_sample.py runs `step` uncompiled through `sample`;
-tests/test_compiled.py one compiled rollout).
+attention as one softmax in float32 over the cache columns (plus the mask's bias) and the new
+id, taken as two blocks under one max (no concatenated copy of the cache). Greedy ids equal
+`--sampler cached`'s and log-probs agree within 1e-5 in float32 (tests/test_rollout_sample.py
+runs `step` uncompiled through `sample` against a cacheless reference; tests/test_compiled.py
+compiled: two turns of rows leaving the batch down to one, the cache growing, in one graph).
 
     python -m pytest -q tests/test_compiled.py
 """
