@@ -274,7 +274,8 @@ def add_episode_flags(g, schema_check=None):
                    help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
     g.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0],
                    help="cached = lib/sampler.py (KV caches kept across turns, each prompt prefilled once per "
-                        "group); generate = Hugging Face model.generate, the reference (rollout.py)")
+                        "group); generate = Hugging Face model.generate, the reference; compiled = cached with "
+                        "each decoding step through torch.compile (lib/compiled.py; Qwen2 only) (rollout.py)")
     g.add_argument("--strict-calls", action="store_true",
                    help="a block with no valid call is invalid and a response with no valid call is an omission "
                         "(-0.5); the release only looks for the <tool_call> tag, so `<tool_call>[]</tool_call>` "

@@ -10,7 +10,7 @@ appended BY ID with response mask 0 (the policy's own ids get mask 1).
 Earlier turns are never decoded and re-encoded (token-in, token-out), so the ids the policy is
 trained on are the ids it sampled.
 
-Samplers (`sampler`, the `--sampler` flag of train.py and eval.py toucan). Both sample one turn
+Samplers (`sampler`, the `--sampler` flag of train.py and eval.py toucan). Each samples one turn
 for a batch of rows, each row with its own token budget, and return every sampled id with its
 log-prob under the policy at temperature 1 (log_softmax of the raw logits in float32, whatever
 the sampling temperature): `Rollout.logprobs`, the old log-probs of PPO (the release recomputes
@@ -23,11 +23,14 @@ top-p or repetition penalty, whatever the model's generation_config says); 0 is 
     "cached"    lib.sampler.sample (the default): each row keeps its KV cache from turn to turn
                 and each group's shared prompt is prefilled once (why it is faster, and its
                 limits: lib/sampler.py; no sliding-window layers).
+    "compiled"  lib.sampler.sample with each one-id decoding step run through torch.compile
+                (lib/compiled.py: a Qwen2's layers as one pure function of the cache, compiled
+                once per process, tens of seconds on a CPU; not for hooked models).
 
-Greedy, the two give identical ids and log-probs equal within 1e-5 in float32
-(tests/test_rollout.py). At temperature > 0 they need not draw the same ids from the same seed:
-the reference draws for every row of its batch, finished ones included, the cached sampler for
-the live rows only.
+Greedy, they give identical ids and log-probs equal within 1e-5 in float32
+(tests/test_rollout.py, tests/test_compiled.py). At temperature > 0 the reference need not draw
+the same ids as the other two from the same seed: it draws for every row of its batch, finished
+ones included, they for the live rows only.
 
 Caps (docs/method.md §6): `max_turns` assistant turns (10); `max_tool_rounds` answered tool rounds
 (None: no cap; the release's launcher sets max_user_turns=6, train.py's paper preset passes 6);
@@ -69,6 +72,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from segment import CLOSE, OPEN, Call, segment_masks, strip_think
 
+from lib import compiled
 from lib.chat import chat_ids, renders_tools, with_tools
 from lib.sampler import sample
 
@@ -77,7 +81,8 @@ MAX_TOKENS = 8192    # docs/method.md §6: response tokens per trajectory, obser
 MAX_TOOL_ROUNDS = 6  # answered tool rounds per trajectory in train.py and eval.py (the release's max_user_turns)
 TEMPERATURE = 1.0   # training rollouts' sampling temperature (docs/method.md §6); evaluation is greedy
 GEN_BATCH = 64      # rows sampled at once: memory, not numbers (greedy ids do not depend on it)
-SAMPLERS = ("cached", "generate")  # --sampler: lib.sampler.sample (the default) or `generate` (the reference)
+SAMPLERS = ("cached", "generate", "compiled")  # --sampler: lib.sampler.sample (the default), `generate` (the
+                                               # reference), lib.sampler.sample with lib/compiled.py's step
 
 
 @dataclass
@@ -282,7 +287,8 @@ def run(model, tok, rs, simulator, temperature, max_turns, max_tokens, max_tool_
     """All turns of the rollouts `rs`, in place. `kvs[i]`: what row i's sampler keeps between its
     turns (a KV cache, or for `generate` the ids fed); `pending[i]`: the ids it feeds next."""
     stops, ended = stop_ids(tok), stop_text(tok)
-    sample_turn = sample if sampler == "cached" else functools.partial(generate, pad_id=tok.pad_token_id)
+    sample_turn = {"cached": sample, "compiled": functools.partial(sample, decode=compiled.compiled),
+                   "generate": functools.partial(generate, pad_id=tok.pad_token_id)}[sampler]
     kvs, pending = [None] * len(rs), [r.prompt for r in rs]
     live = list(range(len(rs)))
     for turn in range(max_turns):

@@ -107,6 +107,14 @@ def batch_cache(kvs, N, cap):
     return Cache(layers=layers)
 
 
+def forward(model, feed, pos, mask, cache):
+    """One decode step through the model's own forward: the logits (b, V) of the ids `feed` (b,)
+    at positions `pos` (b, 1); `mask` (b, n + 1) covers the n cache columns and the new id, whose
+    keys and values the model writes into `cache`. (lib/compiled.py: the same step compiled.)"""
+    return model(input_ids=feed[:, None], attention_mask=mask, position_ids=pos, cache=cache,
+                 use_cache=True).logits[:, -1]
+
+
 def row_cache(cache, mask, j):
     """Row j of a batched cache without its padding columns: per layer (keys, values), each (H, n, D).
     `mask` (B, C) covers the cache's C columns."""
@@ -115,16 +123,17 @@ def row_cache(cache, mask, j):
 
 
 @torch.no_grad()
-def sample(model, kvs, pending, budgets, temperature, stops, ended=None):
+def sample(model, kvs, pending, budgets, temperature, stops, ended=None, decode=forward):
     """One assistant turn for each row, decoded from its KV cache.
 
     Row b holds `kvs[b]`, the cache of the ids it has fed so far (per layer (keys, values),
     each (H, n, D); None when it has fed nothing), and `pending[b]`, the ids to feed before it
     samples. Rows with no cache and the same pending ids (the G rollouts of one prompt) are
     prefilled once. Row b samples until a stop id, `ended(its ids)` (rollout.stop_text) or `budgets[b]` ids.
-    Returns per row (ids, logprobs, cache): the sampled ids, their log-probs under the policy at
-    temperature 1, and the cache of every id fed (the last sampled id is not fed: it starts the
-    row's next pending ids). The caches passed in are consumed (emptied into the batch); a row
+    Each decoding step is `decode(model, ids, positions, mask, cache)` (`forward`; `--sampler
+    compiled`: lib.compiled.compiled). Returns per row (ids, logprobs, cache): the sampled ids,
+    their log-probs under the policy at temperature 1, and the cache of every id fed (the last
+    sampled id is not fed: it starts the row's next pending ids). The caches passed in are consumed (emptied into the batch); a row
     with budget < 1 samples nothing and gets its cache back.
 
     The batch cache has preallocated columns (`Slots`; ROOM more whenever it is full), written in
@@ -208,5 +217,4 @@ def sample(model, kvs, pending, budgets, temperature, stops, ended=None):
         mask[:, C] = 1
         pos = mask[:, :C].sum(-1, keepdim=True)                           # (b, 1) position of the fed id
         C += 1
-        logits = model(input_ids=feed[:, None], attention_mask=mask[:, :C], position_ids=pos,
-                       cache=cache, use_cache=True).logits[:, -1]         # (b, V)
+        logits = decode(model, feed, pos, mask[:, :C], cache)             # (b, V)

@@ -2,13 +2,17 @@
 
     python scripts/probe.py                        # 0.5B, 1.5B and 3B shapes, G = 16, on the GPU
     python scripts/probe.py --sizes tiny --device cpu --prompts 1 --group-size 2 --new-tokens 8   # CPU smoke
+    python scripts/probe.py --sampler compiled     # sampling by lib/sampler.py, its steps compiled (lib/compiled.py)
 
 For each shape (Qwen2.5's: hidden, layers, heads, kv heads, MLP width, 151,936-token
 vocabulary, tied embeddings) it builds the model the way train.py does (float32 master
 weights, bf16 autocast, activation checkpointing, a bf16 reference), samples G rollouts for
 each of --prompts synthetic prompts of --prompt-tokens random ids (exactly --new-tokens
-each), then runs the old and reference log-prob passes and the PPO update (train.ppo_update,
-the release's loss aggregation). It prints sampling tokens/s, the time of each phase, and
+each; --sampler: Hugging Face `model.generate` as rollout.generate, or lib.sampler.sample with
+each decoding step through the model's forward, "cached", or lib/compiled.py's compiled step,
+"compiled", whose compile time is measured apart, on a first 2-id sample), then runs the old
+and reference log-prob passes and the PPO update (train.ppo_update, the release's loss
+aggregation). It prints sampling tokens/s, the time of each phase, and
 the peak GPU memory beside what README's memory plan predicts for the states
 (18 B per parameter). Without a GPU (and without --device cpu) it says so and exits 0.
 """
@@ -20,8 +24,10 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from lib import compiled  # noqa: E402
 from lib import logprobs  # noqa: E402
 from lib import parallel  # noqa: E402
+from lib import sampler  # noqa: E402
 import train  # noqa: E402
 
 SHAPES = {  # Qwen2.5 configs: hidden, layers, heads, kv heads, intermediate
@@ -31,6 +37,7 @@ SHAPES = {  # Qwen2.5 configs: hidden, layers, heads, kv heads, intermediate
     "3B": (2048, 36, 16, 2, 11008),
 }
 VOCAB = 151936  # Qwen2.5's tokenizer
+SAMPLERS = ("generate", "cached", "compiled")  # --sampler (the first: the default)
 
 
 def probe(size, p):
@@ -56,15 +63,26 @@ def probe(size, p):
     B, T = p.prompts * p.group_size, p.prompt_tokens
     prompt = torch.randint(0, cfg.vocab_size, (p.prompts, T), device=p.device).repeat_interleave(p.group_size, 0)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    times = {}
+    times, compile_s = {}, None
     with parallel.autocast(a.dtype, a.device):
         sync()
         t = time.time()
-        model.config.use_cache = True
-        with torch.no_grad():
-            out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=True,
-                                 max_new_tokens=p.new_tokens, min_new_tokens=p.new_tokens, top_k=0, top_p=1.0)
-        model.config.use_cache = False
+        if p.sampler == "generate":
+            model.config.use_cache = True
+            with torch.no_grad():
+                out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=True,
+                                     max_new_tokens=p.new_tokens, min_new_tokens=p.new_tokens, top_k=0, top_p=1.0)
+            model.config.use_cache = False
+        else:  # exactly --new-tokens ids a row: no stop ids
+            decode = compiled.compiled if p.sampler == "compiled" else sampler.forward
+            rows = prompt.tolist()
+            if p.sampler == "compiled":
+                sampler.sample(model, [None] * B, rows, [2] * B, 1.0, [], decode=decode)  # compiles
+                sync()
+                compile_s = time.time() - t
+                t = time.time()
+            new = sampler.sample(model, [None] * B, rows, [p.new_tokens] * B, 1.0, [], decode=decode)
+            out = torch.cat([prompt, torch.tensor([ids for ids, _, _ in new], device=p.device)], 1)  # (B, T + new)
         sync()
         times["sample"] = time.time() - t
         resp = torch.zeros_like(out)
@@ -89,7 +107,8 @@ def probe(size, p):
     peak = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
     print(f"{size:>5} {n_params / 1e9:6.2f}B  sample {B * p.new_tokens / times['sample']:8.0f} tok/s  "
           + "  ".join(f"{k} {v:6.1f}s" for k, v in times.items())
-          + f"  step {sum(times.values()):6.1f}s  peak {peak:6.1f} GB  (plan: states {18 * n_params / 1e9:.1f} GB)")
+          + f"  step {sum(times.values()):6.1f}s  peak {peak:6.1f} GB  (plan: states {18 * n_params / 1e9:.1f} GB)"
+          + (f"  (sampler compile {compile_s:.1f}s)" if compile_s is not None else ""))
 
 
 def main(argv=None):
@@ -101,6 +120,8 @@ def main(argv=None):
     p.add_argument("--prompt-tokens", type=int, default=2048)
     p.add_argument("--new-tokens", type=int, default=1024, help="sampled tokens per rollout")
     p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0],
+                   help="generate = model.generate; cached = lib/sampler.py; compiled = its steps compiled")
     p = p.parse_args(argv)
     if p.device.startswith("cuda") and not torch.cuda.is_available():
         print("no GPU here: scripts/probe.py measures a GPU step; run it on a machine with CUDA "

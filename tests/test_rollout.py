@@ -12,7 +12,7 @@ from transformers import DynamicCache
 from helpers import tiny_model, tokenizer
 from lib.chat import chat_ids
 from lib.sampler import sample
-from rollout import SAMPLERS, collate, generate, prompt_ids, rollout, stop_ids, stop_text, tool_turn_ids
+from rollout import collate, generate, prompt_ids, rollout, stop_ids, stop_text, tool_turn_ids
 from segment import Call, find_blocks, parse_block
 from simulator import Simulator
 
@@ -331,7 +331,7 @@ def fresh_logprobs(model, r):
     return logits.log_softmax(-1)[len(r.prompt) - 1:-1]                     # (T, V)
 
 
-@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize("sampler", ["cached", "generate"])  # "compiled" refuses hooked models: tests/test_compiled.py
 def test_multi_turn_rollouts_match_a_fresh_forward(sampler):
     torch.manual_seed(0)
     tok = tokenizer()
@@ -371,7 +371,7 @@ def test_the_two_samplers_agree_on_greedy_multi_turn_rollouts():
     tok = tokenizer()
     model = calling(tiny_model(), tok, strength=8.0)
     got = {name: rollout(model, tok, world(6), RoundsSim(), temperature=0.0, max_turns=4, max_tokens=60,
-                         sampler=name) for name in SAMPLERS}
+                         sampler=name) for name in ("generate", "cached")}
     ref = got["generate"]
     assert [r.stop for r in ref] == ["no_call", "no_call", "length"] * 2
     assert [len(r.turns) for r in ref] == [1, 2, 3] * 2

@@ -1,11 +1,13 @@
 """lib.sampler.sample against a reference without a KV cache: rows that stop at different steps
 (live rows moving into the slots of stopped ones, the cache grown past its preallocated
-columns), then a second turn from the returned per-row caches."""
+columns), then a second turn from the returned per-row caches; each decoding step through the
+model's forward (`--sampler cached`) and through lib/compiled.py's step, uncompiled (`--sampler
+compiled` runs it compiled: tests/test_compiled.py)."""
 import pytest
 import torch
 
 from helpers import tiny_model, tokenizer
-from lib import sampler
+from lib import compiled, sampler
 from lib.sampler import sample
 from rollout import stop_ids
 
@@ -37,7 +39,9 @@ def fresh_cache(model, seq):
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("room", [3, sampler.ROOM])  # 3: the cache fills and grows every few ids
-def test_two_turns_of_rows_stopping_at_different_steps_match_a_cacheless_reference(monkeypatch, temperature, room):
+@pytest.mark.parametrize("decode", [sampler.forward, compiled.decode], ids=["forward", "step"])
+def test_two_turns_of_rows_stopping_at_different_steps_match_a_cacheless_reference(monkeypatch, temperature, room,
+                                                                                    decode):
     monkeypatch.setattr(sampler, "ROOM", room)
     tok, model = tokenizer(), tiny_model(seed=1)
     stops = stop_ids(tok)
@@ -48,7 +52,7 @@ def test_two_turns_of_rows_stopping_at_different_steps_match_a_cacheless_referen
     torch.manual_seed(0)
     ref, ref_lp = reference(model, seqs, budgets, temperature, stops)
     torch.manual_seed(0)
-    got = sample(model, [None] * 7, seqs, budgets, temperature, stops)
+    got = sample(model, [None] * 7, seqs, budgets, temperature, stops, decode=decode)
     assert [ids for ids, _, _ in got] == ref and {len(ids) for ids in ref} == {0, 1, 2, 4, 6, 9, 13}
     for (_, lp, _), want in zip(got, ref_lp):
         assert lp == pytest.approx(want, abs=1e-5)
@@ -66,7 +70,7 @@ def test_two_turns_of_rows_stopping_at_different_steps_match_a_cacheless_referen
     ref2, ref2_lp = reference(model, seqs2, budgets2, temperature, stops)
     torch.manual_seed(1)
     got2 = sample(model, [kv for _, _, kv in got[:6]], [got[b][0][-1:] + glue[b] for b in range(6)],
-                  budgets2, temperature, stops)
+                  budgets2, temperature, stops, decode=decode)
     assert [ids for ids, _, _ in got2] == ref2
     for b, (ids, lp, kv) in enumerate(got2):
         assert lp == pytest.approx(ref2_lp[b], abs=1e-5)

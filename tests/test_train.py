@@ -208,6 +208,10 @@ def test_gpu_probe_says_no_gpu_and_runs_a_cpu_smoke_step(capsys, monkeypatch):
     assert probe.main(["--sizes", "tiny", "--device", "cpu", "--prompts", "1", "--group-size", "2",
                        "--new-tokens", "4", "--prompt-tokens", "8"]) == 0
     assert "sample" in capsys.readouterr().out
+    monkeypatch.setattr(probe.compiled, "compiled", probe.compiled.decode)  # the step uncompiled: no compile here
+    assert probe.main(["--sizes", "tiny", "--device", "cpu", "--prompts", "1", "--group-size", "2",
+                       "--new-tokens", "4", "--prompt-tokens", "8", "--sampler", "compiled"]) == 0
+    assert "sampler compile" in capsys.readouterr().out
 
 
 def test_headline_command_uses_the_release_splits(monkeypatch):

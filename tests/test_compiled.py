@@ -1,0 +1,58 @@
+"""lib/compiled.py compiled (`--sampler compiled`): the same ids and log-probs as `--sampler
+cached` and the reference, one graph for every step (rows leaving the batch down to the last
+one, the cache growing), and hooked models refused. The step itself, uncompiled, is tested
+against a cacheless reference in tests/test_rollout_sample.py. The first test compiles the
+test model's step once (seconds to a minute on a CPU)."""
+import pytest
+import torch
+
+from helpers import tiny_model, tokenizer
+from lib import compiled, sampler
+from lib.sampler import sample
+from rollout import prompt_ids, rollout, stop_ids
+from test_rollout import EchoSim, calling, world
+
+
+@pytest.mark.slow  # compiles the step (~40 s on a loaded 2-core machine, seconds once cached on disk)
+def test_compiled_steps_match_the_forward_in_one_graph(monkeypatch):
+    """Two turns of rows stopping at different steps (7 rows down to 1, the cache full every 3
+    ids): greedy ids equal, log-probs within 1e-5, and no step compiles a second graph."""
+    monkeypatch.setattr(sampler, "ROOM", 3)
+    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
+    tok, model = tokenizer(), tiny_model(seed=1)
+    stops = stop_ids(tok)
+    seqs = [tok.encode(["The weather in Paris is", "<tool_call>\n"][b % 2], add_special_tokens=False) for b in range(7)]
+    budgets, budgets2 = [2, 9, 4, 13, 1, 6, 0], [5, 0, 11, 3, 8, 2, 1]
+    got = {}
+    for name, decode in (("cached", sampler.forward), ("compiled", compiled.compiled)):
+        first = sample(model, [None] * 7, seqs, budgets, 0.0, stops, decode=decode)
+        glue = tok.encode(" obs\n", add_special_tokens=False)
+        second = sample(model, [kv for _, _, kv in first], [ids[-1:] + glue for ids, _, _ in first], budgets2,
+                        0.0, stops, decode=decode)
+        got[name] = [(ids, lp) for ids, lp, _ in first + second]
+    assert [ids for ids, _ in got["compiled"]] == [ids for ids, _ in got["cached"]]
+    assert len({len(ids) for ids, _ in got["cached"]}) >= 6
+    for (_, a), (_, b) in zip(got["cached"], got["compiled"]):
+        assert b == pytest.approx(a, abs=1e-5)
+
+
+def test_compiled_rollouts_match_the_reference():
+    """rollout(sampler="compiled") against rollout.generate: prompts of different lengths, greedy."""
+    tok, model = tokenizer(), tiny_model()
+    got = {name: rollout(model, tok, world(5), EchoSim(), temperature=0.0, max_turns=2, max_tokens=24,
+                         sampler=name) for name in ("generate", "compiled")}
+    assert len({len(prompt_ids(tok, r.task)) for r in got["generate"]}) > 1
+    for a, b in zip(got["generate"], got["compiled"]):
+        assert (a.ids, a.mask, a.stop) == (b.ids, b.mask, b.stop)
+        assert b.logprobs == pytest.approx(a.logprobs, abs=1e-5)
+
+
+def test_a_hooked_model_is_refused():
+    """The compiled step reads the weights: a forward hook (or a forward of its own) would be skipped."""
+    tok = tokenizer()
+    model = calling(tiny_model(), tok, strength=8.0)
+    seqs = [tok.encode("The weather in", add_special_tokens=False)] * 2
+    with pytest.raises(ValueError, match="forward"):
+        sample(model, [None] * 2, seqs, [4, 4], 0.0, [], decode=compiled.decode)
+    with pytest.raises(ValueError, match="forward"):  # rollout's "compiled" is this step
+        rollout(model, tok, world(2), EchoSim(), sampler="compiled")
