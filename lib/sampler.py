@@ -140,8 +140,8 @@ def sample(model, kvs, pending, budgets, temperature, stops, ended=None, decode=
     place. A row that stops is copied out of it and leaves the batch at once: a live row from the
     end of the batch moves into its slot (one row copied, nothing allocated). The rows are
     sampled in row order, whatever their slots, so the random draws are those of a batch holding
-    the live rows in order. One function of ~90 lines: the prefill, the decoding loop and the
-    slot moves all work on one batch cache, its mask and the slot-to-row map.
+    the live rows in order. Long because the prefill, the decoding loop and the slot moves all
+    work on one batch cache, its mask and the slot-to-row map (about 90 lines, one function).
     """
     device = model.device
     stops = torch.tensor(stops, device=device)

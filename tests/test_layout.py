@@ -52,3 +52,13 @@ def test_no_citation_points_outside_the_repository():
             assert not re.search(r"\bSPEC(\.md)? ?§", text), f"{name} cites the spec, which is not in the repository"
             for section in re.findall(r"docs/method\.md §(\d+)", text):
                 assert 1 <= int(section) <= 10, f"{name} cites docs/method.md §{section}"
+
+
+def test_no_function_over_60_lines_without_a_reason():
+    """The style rule: a function over ~60 lines says why in its docstring ("Long because ...")."""
+    for path in [*ROOT.glob("*.py"), *(ROOT / "lib").glob("*.py"), *(ROOT / "bench").glob("*.py"),
+                 *(ROOT / "scripts").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                assert "Long because" in (ast.get_docstring(node) or ""), \
+                    f"{path.name}:{node.lineno} {node.name} is {node.end_lineno - node.lineno + 1} lines, no reason given"
