@@ -40,6 +40,29 @@ VOCAB = 151936  # Qwen2.5's tokenizer
 SAMPLERS = ("generate", "cached", "compiled")  # --sampler (the first: the default)
 
 
+def sample_rows(model, prompt, p, B, sync, t):
+    """--new-tokens ids for each of the B rows of `prompt` (B, T) with --sampler (no stop ids).
+    Returns (prompt and ids (B, T + new), compile seconds or None, the sampling clock's start)."""
+    compile_s = None
+    if p.sampler == "generate":
+        model.config.use_cache = True
+        with torch.no_grad():
+            out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=True,
+                                 max_new_tokens=p.new_tokens, min_new_tokens=p.new_tokens, top_k=0, top_p=1.0)
+        model.config.use_cache = False
+    else:  # exactly --new-tokens ids a row: no stop ids
+        decode = compiled.compiled if p.sampler == "compiled" else sampler.forward
+        rows = prompt.tolist()
+        if p.sampler == "compiled":
+            sampler.sample(model, [None] * B, rows, [2] * B, 1.0, [], decode=decode)  # compiles
+            sync()
+            compile_s = time.time() - t
+            t = time.time()
+        new = sampler.sample(model, [None] * B, rows, [p.new_tokens] * B, 1.0, [], decode=decode)
+        out = torch.cat([prompt, torch.tensor([ids for ids, _, _ in new], device=p.device)], 1)  # (B, T + new)
+    return out, compile_s, t
+
+
 def probe(size, p):
     from transformers import Qwen2Config, Qwen2ForCausalLM
     h, layers, heads, kv, inter = SHAPES[size]
@@ -63,26 +86,11 @@ def probe(size, p):
     B, T = p.prompts * p.group_size, p.prompt_tokens
     prompt = torch.randint(0, cfg.vocab_size, (p.prompts, T), device=p.device).repeat_interleave(p.group_size, 0)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    times, compile_s = {}, None
+    times = {}
     with parallel.autocast(a.dtype, a.device):
         sync()
         t = time.time()
-        if p.sampler == "generate":
-            model.config.use_cache = True
-            with torch.no_grad():
-                out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=True,
-                                     max_new_tokens=p.new_tokens, min_new_tokens=p.new_tokens, top_k=0, top_p=1.0)
-            model.config.use_cache = False
-        else:  # exactly --new-tokens ids a row: no stop ids
-            decode = compiled.compiled if p.sampler == "compiled" else sampler.forward
-            rows = prompt.tolist()
-            if p.sampler == "compiled":
-                sampler.sample(model, [None] * B, rows, [2] * B, 1.0, [], decode=decode)  # compiles
-                sync()
-                compile_s = time.time() - t
-                t = time.time()
-            new = sampler.sample(model, [None] * B, rows, [p.new_tokens] * B, 1.0, [], decode=decode)
-            out = torch.cat([prompt, torch.tensor([ids for ids, _, _ in new], device=p.device)], 1)  # (B, T + new)
+        out, compile_s, t = sample_rows(model, prompt, p, B, sync, t)
         sync()
         times["sample"] = time.time() - t
         resp = torch.zeros_like(out)
