@@ -84,9 +84,9 @@ from lib.files import Logs
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.model import load_policy
 from lib.optim import optimizer_step
-from lib.parallel import (all_sum, autocast, barrier, check_folder, deterministic, gather, gathered, load_state, lock,
-                          open_run, rank_prompts, read_json, resume_point, save_checkpoint, save_final, set_rng_state,
-                          setup_dist, shard, stop_if_asked, stop_requests, world, writing)
+from lib.parallel import (all_sum, autocast, barrier, check_folder, deterministic, gather, gathered,
+                          load_state, lock, open_run, rank_prompts, read_json, resume_point, save_checkpoint,
+                          save_final, set_rng_state, setup_dist, shard, stop_if_asked, stop_requests, world, writing)
 from lib.sft import SFTConfig, warm_start
 from lib.text import set_json_depth, take_unencodable
 
@@ -530,7 +530,7 @@ def run(a, rank, tasks, evals, convs, got):
         with autocast(a.dtype, a.device), llm.window(a.step_deadline, *clients):  # a dead endpoint stalls one step at most
             m, rs, scores, turn_r, advs, bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
                                                        pos, sim, rl_judge, a, step, bad)
-        m["elapsed"] = time.time() - t_start
+        m["elapsed"], m["threads"] = time.time() - t_start, torch.get_num_threads()
         log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, a.show)
         if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
             eval_row(f"step {step + 1}", step + 1)
