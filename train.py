@@ -89,6 +89,7 @@ from lib.parallel import (all_sum, autocast, barrier, check_folder, deterministi
                           save_final, set_rng_state, setup_dist, shard, stop_if_asked, stop_requests, world, writing)
 from lib.sft import SFTConfig, warm_start
 from lib.text import set_json_depth, take_unencodable
+from lib.threads import Threads
 
 # ---------------------------------------------------------------------------------------------
 # The config is the flag table below (get_args), grouped under headers; the resolved flags are printed and saved
@@ -502,13 +503,17 @@ def run(a, rank, tasks, evals, convs, got):
     model, tok, tasks, evals, sft_dir, name = load_model(a, rank, tasks, evals, convs)
     sim, judge, clients = frozen_llms(a)
     rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals: the clean one
-    t_start = time.time()
+    t_start, threads = time.time(), Threads(on=a.device == "cpu")  # fewer threads while the machine is busy
     model = shard(model, a.dtype)
     if convs and not os.path.isdir(sft_dir):
         if a.resume:
             logs.rewind(dict.fromkeys(LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
+        def sft_row(row):  # after each SFT step: its row, the next step's thread count, a stop if one came
+            logs.write({**row, "threads": torch.get_num_threads()})
+            threads.update()
+            stop_if_asked(got, main_rank)
         with autocast(a.dtype, a.device):
-            warm_start(model, tok, convs, sft_config(a), lambda row: (logs.write(row), stop_if_asked(got, main_rank)))
+            warm_start(model, tok, convs, sft_config(a), sft_row)
         save_final(model, tok, sft_dir, rank, info={"logs": logs.sizes()})
     ref = None
     if a.kl_beta:  # the frozen SFT policy, kept in the compute dtype
@@ -527,10 +532,11 @@ def run(a, rank, tasks, evals, convs, got):
     for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
         stop_if_asked(got, main_rank, a.out, step, steps, None if saved == step else checkpoint)
         pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
+        n_threads = threads.update()                                         # from the load since the last step
         with autocast(a.dtype, a.device), llm.window(a.step_deadline, *clients):  # a dead endpoint stalls one step at most
             m, rs, scores, turn_r, advs, bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
                                                        pos, sim, rl_judge, a, step, bad)
-        m["elapsed"], m["threads"] = time.time() - t_start, torch.get_num_threads()
+        m["elapsed"], m["threads"] = time.time() - t_start, n_threads
         log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, a.show)
         if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
             eval_row(f"step {step + 1}", step + 1)

@@ -141,7 +141,7 @@ SOUP = ["<tool_call>", "</tool_call>", "<think>", "</think>", "<thinking>", "</t
         "]" * 100, '{"name": "f", "arguments": {"a": 1}}', '{"name": "g", "parameters": {"a": "1"}}',
         '{"name": "f", "arguments": null}', '{"name": "f", "arguments": "{}"}', '[{"name": "f"}, {"name": "g"}]', "x"]
 soup = st.binary(max_size=48).map(lambda b: "".join(SOUP[i % len(SOUP)] for i in b))
-FUZZ = settings(max_examples=10_000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=3_000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 THINK = re.compile(r"<think(?:ing)?>(.*?)</think(?:ing)?>", re.DOTALL)  # the release's patterns
 BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 

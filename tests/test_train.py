@@ -566,20 +566,3 @@ def test_eval_toucan_on_a_runs_models_reproduces_its_before_and_after_rl_rows(wo
         got = E.main(["toucan", "--model", str(out / folder), "--out", str(tmp / f"toucan-{folder}.jsonl")])
         got.pop("fingerprint")
         assert json.loads(json.dumps(got)) == rows[label], label
-
-
-
-def test_train_py_logs_its_thread_count(tmp_path):
-    """The user's command: every RL step's metrics say how many torch threads it ran on
-    (OMP_NUM_THREADS here; README "Speed": a run beside another process)."""
-    import subprocess
-    import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    toy = ["--tiny-size", "32", "1", "2", "--sft-limit", "8", "--sft-epochs", "1", "--sft-batch", "8", "--steps", "1",
-           "--group-size", "2", "--prompts-per-step", "1", "--mini-batch", "1", "--max-tokens", "24", "--max-turns", "2",
-           "--eval-data", "", "--out", str(tmp_path / "run"), "--show", "0"]
-    for n in (1, 2):
-        subprocess.run([sys.executable, "train.py", *toy, "--overwrite"], cwd=root, capture_output=True, check=True,
-                       env={**os.environ, "OMP_NUM_THREADS": str(n)})
-        rows = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
-        assert [r["threads"] for r in rows if "threads" in r] == [n]
