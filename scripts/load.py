@@ -24,6 +24,8 @@ Settings and load alternate (idle, loaded, idle, loaded, ...) so slow drift hits
 each row is the median over --runs. Timing is noisy here: run it with nothing else running.
 """
 import argparse
+import collections
+import json
 import os
 import statistics
 import subprocess
@@ -54,6 +56,7 @@ def timed_run(env, flags, loaded):
             p = subprocess.run([sys.executable, "train.py", *flags, "--out", out, "--show", "0"], cwd=ROOT,
                                env=env, capture_output=True, text=True)
             wall = time.perf_counter() - t0
+            rows = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))] if not p.returncode else []
     finally:
         if burner:
             burner.kill()
@@ -61,7 +64,9 @@ def timed_run(env, flags, loaded):
     if p.returncode:
         sys.exit(f"train.py failed:\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
     table = [x for x in p.stdout.splitlines() if x.startswith(("before RL", "after RL"))]
-    return wall, table[-2:]  # its before/after table (the same numbers idle and loaded at one thread)
+    ran = collections.Counter((r.get("stage") == "sft", r["threads"]) for r in rows if "threads" in r)  # steps per (stage, threads)
+    on = ", ".join(f"{'SFT' if sft else 'RL'} {n} at {k} thread{'s' * (k > 1)}" for (sft, k), n in sorted(ran.items()))
+    return wall, table[-2:] + [f"steps: {on}"]  # its before/after table (the same idle and loaded at one thread)
 
 
 def main(argv=None):
