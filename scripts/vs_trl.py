@@ -436,9 +436,9 @@ def main(argv=None):
             for s in a.systems:
                 ph = {k: statistics.median(x["phases"].get(k, 0.0) for x in res[s]) for k in PHASES[:2]}
                 ph["rest"] = med[s]["total"] - sum(ph.values())
-                ratio = med[s]["total"] / med["trl"]["total"] if "trl" in med else float("nan")
+                ratio = f"{med[s]['total'] / med['trl']['total']:.2f}x" if "trl" in med else "-"  # no TRL row: no ratio
                 flops = {k: statistics.median(x["flops"][k] for x in res[s]) for k in PHASES}
-                rows.append((shape, f"{res[s][0]['params']:.1f}M", wl, s, f"{med[s]['total']:.1f}", f"{ratio:.2f}x",
+                rows.append((shape, f"{res[s][0]['params']:.1f}M", wl, s, f"{med[s]['total']:.1f}", ratio,
                              *(f"{ph[k]:.1f}" for k in PHASES), f"{med[s]['peak_mb']:.0f}",
                              f"{med[s]['step_mb']:.0f}", f"{med[s]['tokens']:.0f}",
                              *floor_cells(ph, flops, statistics.median(x["rate"] for x in res[s]))))

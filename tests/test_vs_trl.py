@@ -83,3 +83,4 @@ def test_vs_trl_project_and_floor_end_to_end(tmp_path, capsys):
         assert float(row["GFLOP/s"]) > 0 and float(row["sampling GFLOP"]) > 0 and float(row["rest GFLOP"]) > 0
         assert math.isfinite(float(row["step x floor"][:-1])) and float(row["step x floor"][:-1]) > 0
         assert (row["no-grad x floor"] == "-") == (row["system"] == "floor")  # the floor has no no-grad pass
+        assert row["vs TRL"] == "-"                                           # no TRL row, no ratio to it
