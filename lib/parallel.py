@@ -138,10 +138,13 @@ def as_forward(model, fn):
 
 def autocast(dtype, device):
     """Compute in `dtype` (a torch dtype's name) on `device` while the trained weights, their gradients and AdamW's state stay in
-    float32 (a bf16 weight cannot take a 1e-6 step: its spacing near 0.02 is about 1e-4)."""
+    float32 (a bf16 weight cannot take a 1e-6 step: its spacing near 0.02 is about 1e-4). The cast of
+    each weight is not cached: torch's cache lives until the context exits, and train.py holds one
+    context over many optimizer steps (all of SFT, all of an RL step's mini-batches), so a cached
+    cast would run every later forward on the weights of the first one."""
     if dtype == "float32":
         return nullcontext()
-    return torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype))
+    return torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype), cache_enabled=False)
 
 
 def deterministic(device):
