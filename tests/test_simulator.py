@@ -746,7 +746,7 @@ REPLIES = JUNK + SOUP + ['<tool_response>{"a": 1}</tool_response>', ' {"raw": 1}
 
 
 @pytest.mark.slow
-@settings(max_examples=2_500, deadline=None, database=None, derandomize=True,
+@settings(max_examples=1_000, deadline=None, database=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(st.lists(st.tuples(TEXT, TASK), min_size=1, max_size=2), st.sampled_from(["end", "answer"]),
        st.booleans(), st.booleans(), st.lists(st.sampled_from(REPLIES), min_size=1, max_size=3))
