@@ -56,16 +56,23 @@ class Threads:
 
     def __init__(self, on=True, every=None):
         self.most, self.every = torch.get_num_threads(), EVERY if every is None else every
-        self.on = on and self.most > 1 and "OMP_NUM_THREADS" not in os.environ and machine() is not None
-        self.last, self.want = self.reading() if self.on else None, self.most
+        on = on and self.most > 1 and "OMP_NUM_THREADS" not in os.environ
+        self.last, self.want = self.reading() if on else None, self.most
+        self.on = self.last is not None
 
     def reading(self):
-        return time.monotonic(), *machine(), own()
+        """(time, CPUs, their busy seconds, this process's CPU seconds), or None without /proc/stat."""
+        m = machine()
+        return None if m is None else (time.monotonic(), *m, own())
 
     def update(self):
-        """Read the load since the last reading and set the count; returns torch's count."""
-        if self.on and time.monotonic() - self.last[0] >= self.every:
+        """Read the load since the last reading and set the count; returns torch's count. A
+        /proc/stat that stops reading back leaves the count as it is from then on."""
+        if self.on and time.monotonic() - self.last[0] >= max(self.every, 1e-3):
             now = self.reading()
+            if now is None:
+                self.on = False
+                return torch.get_num_threads()
             (t0, _, busy0, own0), (t1, cpus, busy1, own1) = self.last, now
             others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)  # cores others kept busy
             n, self.last = fit(self.most, cpus, others), now

@@ -66,6 +66,9 @@ def test_two_readings_in_a_row_change_the_count_and_it_comes_back(monkeypatch):
         c.others = 0.0
         c.tick(2.0, 2.0)
         assert t.update() == 2                 # one busy interval alone changes nothing
+        monkeypatch.setattr(threads, "machine", lambda: None)
+        c.tick(2.0, 2.0)
+        assert t.update() == 2 and not t.on    # /proc/stat gone mid-run: the count stays, nothing raises
     finally:
         torch.set_num_threads(1)
 
