@@ -22,7 +22,7 @@ import torch
 
 EVERY = 2.0  # seconds between readings: dozens of the demo's SFT steps, about one of its RL steps
 ROUND = 0.5  # cores left = CPUs - cores others kept busy, rounded: half a core's work counts as a core taken
-BUSY = (0, 1, 2, 4, 5, 6)  # /proc/stat's cpu fields counted busy: user nice system _ _ irq softirq steal (idle and iowait not)
+BUSY = (0, 1, 2, 5, 6, 7)  # /proc/stat cpu fields counted busy: user nice system, irq softirq steal (not 3 idle, 4 iowait)
 
 
 def machine():
