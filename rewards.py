@@ -48,7 +48,8 @@ and `release_final`, the text after the last tool response, even a turn cut at t
 `_extract_final_response`; summary_score drops think blocks once more, which changes the
 text only where dropping one block joins the halves of a new one). A judge is any object with
 `rate(question, tool_responses, response, facts) -> int | None`; it gets at most
-MAX_JUDGE_CHARS of each text. A rating that is not 1..5 scores 0; a ConnectionError
+MAX_JUDGE_CHARS of each text. A rating that is not 1..5 (None: the judge cannot rate it) scores
+0 and sets `unrated` (`judged` counts the summaries the judge was asked about); a ConnectionError
 (transport failure after retries) scores 0 and sets `judge_failed` so the trainer can drop
 the rollout. `FactsJudge` here is the offline judge, the LLM judge lives in lib/llm.py.
 
@@ -269,13 +270,19 @@ def release_final(text):
 
 
 def summary_score(final_response, question, tool_responses, judge, facts=None):
-    """S_sum (Eq. 3) with the gating rules of docs/method.md §2.2. An unusable rating scores 0; a
-    ConnectionError from the judge propagates (score() catches it)."""
+    """S_sum (Eq. 3) with the gating rules of docs/method.md §2.2; None when the judge gave no usable
+    rating (score() counts it and scores 0). A ConnectionError from the judge propagates (score() catches it)."""
     final_response = strip_think(final_response).strip()
-    if not tool_responses or len(final_response) < MIN_SUMMARY_CHARS:
+    if not gated(final_response, tool_responses):
         return 0.0
     r = judge.rate(question[:MAX_JUDGE_CHARS], _bounded(tool_responses), final_response[:MAX_JUDGE_CHARS], facts)
-    return (r - 1) / 4 if r in (1, 2, 3, 4, 5) else 0.0
+    return (r - 1) / 4 if r in (1, 2, 3, 4, 5) else None
+
+
+def gated(final_response, tool_responses):
+    """Whether a summary reaches the judge (docs/method.md §2.2): a tool response came, and the final
+    response, think blocks dropped, has MIN_SUMMARY_CHARS at least."""
+    return bool(tool_responses) and len(strip_think(final_response).strip()) >= MIN_SUMMARY_CHARS
 
 
 def _bounded(texts):
@@ -292,21 +299,23 @@ def _bounded(texts):
 def score(response_text, final_response, tool_responses, task, judge,
           weights=None, lam_tool=LAM, lam_sum=LAM, strict=False, succ_judge=False):
     """Everything one trajectory gets: the parts, S_sum, score (Eq. 4), R_tool, R_sum (Eq. 5),
-    judge_failed, and ToolPO's r_action and r_succ.
+    judge_failed, judged and unrated (module doc), and ToolPO's r_action and r_succ.
 
     `task` needs .gold, .allowed_tools, .question and .facts (data.Task has them).
     response_text is the policy's own text over all turns; final_response the last turn's
     text when it holds no tool call, else ""; tool_responses the real tool responses only.
     """
     s, pred, gold_flat = _process(response_text, normalize_gold(task.gold), task.allowed_tools, weights, strict)
-    s.update(summary=0.0, judge_failed=0.0, r_action=0.0, r_succ=0.0)
+    s.update(summary=0.0, judge_failed=0.0, judged=0.0, unrated=0.0, r_action=0.0, r_succ=0.0)
     if s["omission"]:  # the judge is not called
         s["score"] = OMISSION_SCORE
     elif not task.allowed_tools:  # the release scores such a row 0 throughout
         s["score"] = 0.0
     else:
         try:
-            s["summary"] = summary_score(final_response, task.question, tool_responses, judge, task.facts)
+            summary = summary_score(final_response, task.question, tool_responses, judge, task.facts)
+            s["summary"], s["unrated"] = summary or 0.0, float(summary is None)
+            s["judged"] = float(gated(final_response, tool_responses))
         except ConnectionError:
             s["judge_failed"] = 1.0
         hits = _strict_hits(pred, gold_flat)
@@ -382,8 +391,11 @@ class FactsJudge:
     A fact is stated when its text appears in the response (case and spacing ignored), or,
     for a numeric fact, when the response holds the same number (within 1e-6, commas ignored).
     Share s in [0, 1] maps onto the five levels as r = 1 + round_half_up(4·s). A row without facts
-    cannot be rated (None, which scores 0).
+    cannot be rated (None, which scores 0): `can_rate(task)` says so before a run.
     """
+
+    def can_rate(self, task):
+        return bool(task.facts)
 
     def rate(self, question, tool_responses, response, facts=None):
         if not facts:

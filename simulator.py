@@ -376,6 +376,12 @@ class Simulator:
             if os.path.exists(self.cache_path):
                 self._load_cache()
 
+    def can_answer(self, task):
+        """Whether every gold call of `task` gets a tool response here (the llm backend answers any call;
+        replay only the recorded ones): train.py's check that a reward can be earned."""
+        return self.backend == "llm" or all(_replay(Call(c["name"], c["arguments"]), task) != NO_RESULT
+                                            for step in task.gold for c in step)
+
     def respond(self, texts, tasks):
         """Per text: (calls, observations), one observation per call, in call order."""
         out, pending = [], []  # pending: (turn index, call index, tool definition, call)

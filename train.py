@@ -1,7 +1,7 @@
 """Train a tool-calling policy with SLCA-GRPO (or GRPO, or ToolPO): one linear loop.
 
     python train.py                                        # the embedded demo, minutes on a CPU
-    python train.py --model Qwen/Qwen2.5-3B-Instruct       # the paper's recipe on the release's data
+    python train.py --model Qwen/Qwen2.5-3B-Instruct --sim-url URL --judge-url URL  # the paper's recipe, the release's data
     torchrun --nproc_per_node 8 train.py --model Qwen/Qwen2.5-3B-Instruct   # the same, FSDP2 over 8 GPUs
     python train.py --out runs/slca-s0 --resume            # continue a run from its latest checkpoint
 
@@ -31,8 +31,16 @@ world and a tiny random Qwen2 (lib/tiny.py), then runs SFT, SLCA-GRPO and a befo
 with settings sized for a 2-core CPU. Naming a --model switches every default to the paper's
 recipe (PRESETS: bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, one RL epoch,
 SFT without weight decay, the release's loss aggregation, turn caps and schema check) and, without
-data flags, to the release's data splits (fetched from the Hugging Face hub by lib.data.release_files). Flags always win over the preset; the resolved config is printed and
-saved whole (config.json).
+data flags, to the release's data splits (data/*.parquet of the Hugging Face dataset, lib.data.release_files).
+Flags always win over the preset; the resolved config is printed and saved whole (config.json), then
+one line says which stages run and their sizes (`plan`).
+
+No reward that cannot be earned (check_rewards, before anything is written or trained): the release's
+rows carry no recorded tool responses and no reference facts, so without --sim-url/--sim-model and
+--judge-url/--judge-model (the replay simulator and the facts judge) every call would be answered
+"no matching record" and every summary score 0; more than --max-unscored of the rows that call tools
+in that state is refused in one line naming those flags. Each RL step logs the same two shares over its
+own rollouts (replay_miss, unrated); BLIND_STEPS steps in a row over --max-unscored stop the run.
 
 Safety (the policy is an adversary): a rollout whose tool call or judge failed at the transport
 level is dropped from the loss (--keep-failed trains on it, as the release does) and counted,
@@ -77,6 +85,7 @@ from rewards import score_rollouts
 from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, turn_stats
 from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
 from rollout import GEN_BATCH, TEMPERATURE, collate, prompt_ids, rollout
+from simulator import NO_RESULT
 from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
 from lib import llm, tiny
 from lib.data import TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
@@ -115,7 +124,7 @@ PRESETS = {
     "lr": (1e-4, 1e-6),
     "steps": (60, None),              # None: --epochs x prompts // --prompts-per-step
     "max_tokens": (384, 8192),
-    "eval_limit": (None, None),
+    "eval_limit": (None, 500),        # paper: 500 of the 4,000 eval prompts per eval (README "Evaluation" says the cost)
     "eval_every": (0, 50),
     "dtype": ("float32", "bfloat16"),
     "grad_ckpt": (False, True),
@@ -129,6 +138,10 @@ STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's st
 SCORE_KEYS = ("format", "name", "key", "value", "parallel", "process", "summary", "score", "omission",
               "r_tool", "r_sum", "tool_turns", "length")  # per-rollout scores averaged into each RL step's metrics
 LOGS = ("metrics", "rollouts", "eval")  # <out>/<name>.jsonl
+UNSCORED = 0.5   # --max-unscored: "most" RL rows, calls or summaries that cannot earn a reward stop the run
+BLIND_STEPS = 3  # RL steps in a row over --max-unscored before the run stops (as --max-bad-updates' default)
+FIX = {"sim": "serve a simulator and pass --sim-url URL --sim-model NAME (or --sim-model FOLDER, in-process)",
+       "judge": "serve a judge and pass --judge-url URL --judge-model NAME (or --judge-model FOLDER, in-process)"}
 
 
 def num(text):
@@ -232,9 +245,13 @@ def get_args(argv=None):
     g.add_argument("--max-fail-rate", type=num, default=0.5,
                    help="stop when more than this share of a step's rollouts lost a tool or judge answer to an "
                         "endpoint failure (such rollouts are dropped from the loss)")
-    g.add_argument("--step-deadline", type=num, default=llm.STEP_DEADLINE,
-                   help="seconds within which every simulator and judge request of one RL step returns (an endpoint "
-                        "that stops answering then costs one step, not one deadline per request); 0 = no shared bound")
+    g.add_argument("--step-deadline", type=num, default=0,
+                   help="seconds within which every simulator and judge request of one RL step returns, sampling "
+                        "included; 0 = no shared bound (each request keeps its own --sim-deadline/--judge-deadline)")
+    g.add_argument("--max-unscored", type=num, default=UNSCORED,
+                   help="the share of RL rows (checked before training) or of a step's answered calls and judged "
+                        f"summaries (checked every step; {BLIND_STEPS} such steps in a row stop the run) that the "
+                        "simulator answered 'no matching record' or the judge could not rate; 1 = never stop")
     g.add_argument("--judge-noise", type=num, default=0.0, metavar="P",
                    help="the noise control: with probability P an RL summary rating is replaced by a uniform "
                         "level 1..5 (rewards.NoisyJudge); evals keep the clean judge")
@@ -288,6 +305,8 @@ def check_args(p, a):
             p.error(f"--{flag.replace('_', '-')} must be >= 1")
     if a.step_deadline < 0:
         p.error("--step-deadline must be >= 0")
+    if not 0 <= a.max_unscored <= 1:
+        p.error("--max-unscored must be in [0, 1]")
     for flag in ("max_tool_rounds", "save_every", "sft_limit", "steps", "eval_limit"):
         if getattr(a, flag) is not None and getattr(a, flag) < 0:
             p.error(f"--{flag.replace('_', '-')} must be >= 0")
@@ -423,6 +442,16 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     return m, rs, scores, turn_r, (adv_tool, adv_sum), bad
 
 
+def unscored(m, step, limit):
+    """The line that stops a run whose last BLIND_STEPS steps could not earn a reward."""
+    why = [f"{m['replay_miss']:.0%} of the answered tool calls got 'no matching record' from the simulator "
+           f"({FIX['sim']})"] if m["replay_miss"] > limit else []
+    why += [f"the judge could not rate {m['unrated']:.0%} of the judged summaries ({FIX['judge']})"] \
+        if m["unrated"] > limit else []
+    return (f"stopping at RL step {step}: {BLIND_STEPS} steps in a row over --max-unscored {limit}: "
+            f"{'; '.join(why)}")
+
+
 def step_metrics(step, rs, scores, batch, stats, tool, summary, adv_turn, gids, sim_fail, judge_fail, bad,
                  t_roll, t_train, ppo_epochs):
     """One RL step's metrics row: sums over this rank's rollouts, added up over ranks, then means
@@ -436,6 +465,9 @@ def step_metrics(step, rs, scores, batch, stats, tool, summary, adv_turn, gids, 
              **{k: stats[k] for k in loss_keys},
              **{f"stop_{k}": float(sum(r.stop == k for r in rs)) for k in STOPS},
              "sim_failed": float(sim_fail.sum()), "judge_failed": float(judge_fail.sum()),
+             "answered": float(sum(len(r.responses) for r in rs)),
+             "missed": float(sum(o == NO_RESULT for r in rs for o in r.responses)),  # 'no matching record'
+             "judged": sum(s["judged"] for s in scores), "unrated": sum(s["unrated"] for s in scores),
              "unencodable": float(take_unencodable()),  # lone surrogates made U+FFFD before a tokenizer
              "policy_tokens": float(batch["response_mask"].sum()), "tokens": float(batch["attention_mask"].sum())}
     tot = dict(zip(local, all_sum(list(local.values()))))
@@ -452,6 +484,8 @@ def step_metrics(step, rs, scores, batch, stats, tool, summary, adv_turn, gids, 
               "loss": stats["loss"] / u, "grad_norm": stats["grad_norm"] / u,
               "skipped_updates": stats["skipped"], "bad_updates_in_a_row": bad,
               "sim_failed": tot["sim_failed"] / n, "judge_failed": tot["judge_failed"] / n,
+              "replay_miss": tot["missed"] / tot["answered"] if tot["answered"] else 0.0,  # of the answered calls
+              "unrated": tot["unrated"] / tot["judged"] if tot["judged"] else 0.0,       # of the judged summaries
               "unencodable": tot["unencodable"],           # a count over the step's rollouts, all ranks
               **{f"stop_{k}": tot[f"stop_{k}"] / n for k in STOPS},
               "rollout_tok_s": tot["policy_tokens"] / t_roll / world(),
@@ -479,12 +513,14 @@ def main(argv=None):
         convs = load_sft(a.sft_data, a.skip_bad_rows, a.sft_turns)[:a.sft_limit] if a.sft_data else []
     except DataError as e:
         raise SystemExit(f"error: {e}") from None
+    sim, judge, clients = frozen_llms(a)
+    check_rewards(tasks, sim, judge, a.max_unscored)  # before any file is touched or any weight trained
     held = lock(a.out, rank)  # one run per --out, until this process ends
     was = torch.are_deterministic_algorithms_enabled()  # given back at the end, for a caller in this process
     try:
         deterministic(a.device)
         with stop_requests() as got:
-            run(a, rank, tasks, evals, convs, got)
+            run(a, rank, tasks, evals, convs, (sim, judge, clients), got)
     finally:
         if held:
             held.close()
@@ -493,17 +529,39 @@ def main(argv=None):
         dist.destroy_process_group()
 
 
-def run(a, rank, tasks, evals, convs, got):
-    """The run in --out, which this process holds: start, continue or report it finished. `got`
-    collects the stop signals (SIGTERM, SIGINT) that arrive meanwhile."""
+def check_rewards(tasks, sim, judge, limit):
+    """Refuse, in one line naming the flags that fix it, RL rows on which no reward can be earned:
+    when the simulator cannot answer the gold calls (replay needs recorded responses) or the judge
+    cannot rate the summaries (the facts judge needs reference facts) of more than `limit` of the
+    rows that call tools, R_tool is scored against fabricated error observations and R_sum is 0."""
+    rows = [t for t in tasks if t.gold and t.allowed_tools]
+    deaf = sum(not sim.can_answer(t) for t in rows)
+    blind = sum(not judge.can_rate(t) for t in rows) if hasattr(judge, "can_rate") else 0
+    why = [f"the replay simulator has no recorded response for the gold calls of {deaf} of {len(rows)} RL rows "
+           f"that call tools (their calls would be answered 'no matching record'): {FIX['sim']}"] \
+        if deaf > limit * len(rows) else []
+    why += [f"the facts judge has no reference facts for {blind} of {len(rows)} RL rows that call tools (their "
+            f"summaries would score 0): {FIX['judge']}"] if blind > limit * len(rows) else []
+    if why:
+        raise SystemExit(f"error: no reward can be earned on these rows: {'; '.join(why)}; README \"Simulator and "
+                         f"judge\" shows how (--max-unscored 1 trains anyway)")
+
+
+def run(a, rank, tasks, evals, convs, frozen, got):
+    """The run in --out, which this process holds: start, continue or report it finished. `frozen`:
+    the simulator, the judge and their clients (eval.frozen_llms); `got` collects the stop signals
+    (SIGTERM, SIGINT) that arrive meanwhile."""
     main_rank, final = rank == 0, os.path.join(a.out, "final")
     if not open_run(a.out, vars(a), a.resume, a.overwrite, main_rank):
         return
     logs = Logs(a.out, LOGS, main_rank)
     model, tok, tasks, evals, sft_dir, name = load_model(a, rank, tasks, evals, convs)
-    sim, judge, clients = frozen_llms(a)
+    sim, judge, clients = frozen
     rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals: the clean one
     t_start, threads = time.time(), Threads(on=a.device == "cpu")  # fewer threads while the machine is busy
+    steps = a.epochs * len(tasks) // a.prompts_per_step if a.steps is None else a.steps  # len(data_order) // P
+    if main_rank:
+        print(plan(a, len(tasks), len(evals), len(convs), os.path.isdir(sft_dir), steps))
     model = shard(model, a.dtype)
     if convs and not os.path.isdir(sft_dir):
         if a.resume:
@@ -525,9 +583,8 @@ def run(a, rank, tasks, evals, convs, got):
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     start, order, found = rl_state(a, model, opt, rank, logs, len(tasks), sft_dir)
     table = {"before RL": None if found else eval_row("before RL", 0)}
-    steps = len(order) // a.prompts_per_step if a.steps is None else a.steps
     mine = rank_prompts(a.prompts_per_step, a.mini_batch, rank, world())
-    bad, saved = 0, start if found else None  # the step of the newest checkpoint this process knows is on disk
+    bad, blind, saved = 0, 0, start if found else None  # saved: the newest checkpoint this process knows is on disk
     checkpoint = lambda step: save_checkpoint(model, opt, a.out, vars(a), a.keep, step, order, rank, logs.sizes())  # noqa: E731
     for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
         stop_if_asked(got, main_rank, a.out, step, steps, None if saved == step else checkpoint)
@@ -536,8 +593,11 @@ def run(a, rank, tasks, evals, convs, got):
         with autocast(a.dtype, a.device), llm.window(a.step_deadline, *clients):  # a dead endpoint stalls one step at most
             m, rs, scores, turn_r, advs, bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
                                                        pos, sim, rl_judge, a, step, bad)
-        m["elapsed"], m["threads"] = time.time() - t_start, n_threads
+        blind = blind + 1 if max(m["replay_miss"], m["unrated"]) > a.max_unscored else 0
+        m["elapsed"], m["threads"], m["blind_steps"] = time.time() - t_start, n_threads, blind
         log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, a.show)
+        if blind == BLIND_STEPS:
+            raise SystemExit(unscored(m, step, a.max_unscored))
         if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
             eval_row(f"step {step + 1}", step + 1)
         if a.save_every and (step + 1) % a.save_every == 0 and step + 1 < steps:
@@ -553,6 +613,17 @@ def run(a, rank, tasks, evals, convs, got):
             print(format_table(table))
         print(f"done in {time.time() - t_start:.0f}s; checkpoint in {final}")
     logs.close()
+
+
+def plan(a, n_rl, n_eval, n_sft, sft_done, steps):
+    """One line saying which stages this run has, and their sizes, before the first one starts."""
+    sft = ("SFT: done before, in <out>/sft" if sft_done else
+           f"SFT: {n_sft:,} conversations x {a.sft_epochs} epochs, {a.sft_batch} a step" if n_sft else
+           "SFT: none (no --sft-data)")
+    rl = f"RL: {steps:,} steps of {a.prompts_per_step} prompts x G = {a.group_size} ({n_rl:,} prompts x {a.epochs} epochs)"
+    when = f"every {a.eval_every} steps, " if a.eval_every else ""
+    ev = f"eval: {n_eval:,} prompts before RL, {when}after RL" if n_eval else "eval: none (no --eval-data)"
+    return f"plan: {sft} -> {rl} -> {ev}"
 
 
 def load_model(a, rank, tasks, evals, convs):

@@ -110,11 +110,14 @@ MAX_PROMPT_TOKENS = 24_576  # the release's max_prompt_length: longer prompts ar
 JSON_SPACE = " \t\r\n"  # JSON's whitespace: a line of only these is blank (str.strip() would also eat U+2028, \x1c, ...)
 BAD_UTF8 = re.compile("[\udc80-\udcff]")  # what decoding with errors="surrogateescape" leaves for a bad byte
 
-# the release's splits on the Hugging Face hub (docs/method.md §8)
+# the release's splits on the Hugging Face hub (docs/method.md §8): the dataset repository keeps them under data/
+# (the release's README fetches them with --include "data/*.parquet")
 RELEASE = "YanZhanPKU/SLCA-GRPO-Datasets"
-RELEASE_FILES = {"rl": "toucan_toolcall_rl.parquet", "eval": "toucan_eval_4k_unified.parquet",
-                 "sft": "toucan_toolcall_sft_split_42k.parquet"}
-FETCH = f"hf download {RELEASE} {' '.join(RELEASE_FILES.values())} --repo-type dataset"
+RELEASE_FILES = {"rl": "data/toucan_toolcall_rl.parquet", "eval": "data/toucan_eval_4k_unified.parquet",
+                 "sft": "data/toucan_toolcall_sft_split_42k.parquet"}
+FETCH = (f'hf download {RELEASE} --repo-type dataset --include "data/*.parquet" (into the Hugging Face cache, '
+         f'where the next run finds them; with --local-dir DIR, pass --data DIR/{RELEASE_FILES["rl"]} '
+         f'--eval-data DIR/{RELEASE_FILES["eval"]} --sft-data DIR/{RELEASE_FILES["sft"]})')
 
 
 @dataclass
@@ -349,6 +352,16 @@ def _json(value, name, kind):
     return value
 
 
+def _plain(value, name):
+    """`value` when JSON can write it back (prompts and the simulator serialise it); a parquet
+    value such as a timestamp cannot be, and is this field's error."""
+    try:
+        json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise BadField(name, f"holds a value JSON cannot write ({e})") from None
+    return value
+
+
 def _str(value, name):
     if not isinstance(value, str):
         raise BadField(name, f"expected a string, got {type(value).__name__}")
@@ -380,7 +393,7 @@ def _tools(value, name):
         fn = t.get("function", t) if isinstance(t, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise BadField(f"{name}[{j}]", "expected a tool with a function name")
-        out.append({"type": "function", "function": fn})
+        out.append({"type": "function", "function": _plain(fn, f"{name}[{j}]")})
     return out
 
 
@@ -388,7 +401,7 @@ def _gold(value, name):
     """Gold calls in any docs/method.md §2.1 form; a string that is not JSON or a non-list is an error."""
     if value is None or value == "":
         return []
-    return normalize_gold(_json(value, name, (list, dict)))
+    return normalize_gold(_plain(_json(value, name, (list, dict)), name))
 
 
 def _responses(value, name):
@@ -398,7 +411,8 @@ def _responses(value, name):
             raise BadField(f"{name}[{j}]", "expected an object")
         resp = r.get("response", "")
         out.append({"name": _str(r.get("name"), f"{name}[{j}].name"),
-                    "arguments": _json(r.get("arguments", {}), f"{name}[{j}].arguments", dict),
+                    "arguments": _plain(_json(r.get("arguments", {}), f"{name}[{j}].arguments", dict),
+                                        f"{name}[{j}].arguments"),
                     "response": resp if isinstance(resp, str) else json.dumps(resp, ensure_ascii=False)})
     return out
 

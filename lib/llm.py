@@ -79,8 +79,6 @@ log = logging.getLogger(__name__)
 
 TIMEOUT = 540.0        # s, one try end to end: the release's total timeout (toucan_tool_config.yaml, LLM_JUDGE_TIMEOUT)
 DEADLINE = 1200.0      # s, one complete() call, every request and try: ours; the release has none (3-4 tries of 540 s)
-STEP_DEADLINE = 10_800.0  # s, every request of one RL step (`window`): ours; scripts/plan.py puts a paper-recipe step
-                          # on one GPU at about 70 minutes, so this cuts only an endpoint that stopped answering
 RETRIES = {"sim": 2, "judge": 3}  # the release's max_retries per role; other roles get 2
 BACKOFF = 1.0          # s, retry k waits BACKOFF·2^(k-1)·U(0.5, 1.5); the release: 1 s (sim), 2 s (judge), linear
 MAX_BODY = MAX_JSON_CHARS  # bytes of one response body (segment.py's bound on untrusted JSON)

@@ -89,3 +89,22 @@ def write_world(folder, n_rl=4, n_sft=8):
         {"from": "gpt", "value": CALL}, {"from": "human", "value": '<tool_response>\n{"y": 42}\n</tool_response>'},
         {"from": "gpt", "value": "f of 1 is 42."}]} for i in range(n_sft)])
     return rl, sft
+
+
+def hub_cache(root, repo, files, repo_type="dataset", revision="0" * 40):
+    """A Hugging Face cache under `root` holding `files` ({path in the repository: bytes}) of `repo`, laid
+    out as huggingface_hub lays a download out: blobs named by their sha256, snapshots/<revision>/<path>
+    as relative links to them, refs/main naming the revision. Returns the cache folder (HF_HUB_CACHE)."""
+    import hashlib
+    import os
+    folder = root / f"{repo_type}s--{repo.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(revision)
+    (folder / "blobs").mkdir()
+    for path, data in files.items():
+        blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        link = folder / "snapshots" / revision / path
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(blob, link.parent), link)
+    return str(root)

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from lib import data
 from lib.data import PARALLEL_TYPES, DataError, Task, drop_long, load_sft, load_tasks, parallel_type_of, release_files
 from rewards import FactsJudge
+from helpers import hub_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = ROOT / "data" / "world"
@@ -502,32 +503,42 @@ def test_release_sft_parquet_layout_gives_the_same_chats(tmp_path):
     assert load_sft(p) == load_sft(SFT_PREVIEW)
 
 
-def test_release_files_come_from_the_cache_or_the_hub():
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    def download(repo_id, filename, repo_type=None, local_files_only=False, **kw):
-        if local_files_only and filename.startswith("toucan_eval"):
-            raise LocalEntryNotFoundError("not in the cache")
-        return f"/hf/{filename}"
-    with mock.patch("huggingface_hub.hf_hub_download", side_effect=download) as hub:
-        paths = release_files()
-    assert paths == {"rl": "/hf/toucan_toolcall_rl.parquet", "eval": "/hf/toucan_eval_4k_unified.parquet",
-                     "sft": "/hf/toucan_toolcall_sft_split_42k.parquet"}
-    calls = [(c.args, c.kwargs) for c in hub.call_args_list]
-    assert all(a[0] == "YanZhanPKU/SLCA-GRPO-Datasets" and k["repo_type"] == "dataset" for a, k in calls)
-    assert [a[1] for a, k in calls if not k["local_files_only"]] == ["toucan_eval_4k_unified.parquet"]  # only it was fetched
-
-
-def test_release_files_offline_and_not_cached_is_one_clear_line(tmp_path, monkeypatch):
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """The real hf_hub_download, offline, on a cache in tmp_path/hub that a test fills (helpers.hub_cache)."""
     from huggingface_hub import constants
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the real call, no network, an empty cache
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    return tmp_path / "hub"
+
+
+def test_release_files_come_from_the_cache_in_the_hubs_layout(offline_hub):
+    names = ["data/toucan_toolcall_rl.parquet", "data/toucan_eval_4k_unified.parquet",
+             "data/toucan_toolcall_sft_split_42k.parquet"]
+    hub_cache(offline_hub, "YanZhanPKU/SLCA-GRPO-Datasets", {n: n.encode() for n in names})
+    paths = release_files()
+    assert [open(paths[k], "rb").read() for k in ("rl", "eval", "sft")] == [n.encode() for n in names]
+    assert all("/snapshots/" + "0" * 40 + "/data/" in p for p in paths.values())
+
+
+def test_release_files_at_the_repository_root_are_not_the_release(offline_hub):
+    # the repository keeps its splits under data/: a file at the root is not found as one
+    hub_cache(offline_hub, "YanZhanPKU/SLCA-GRPO-Datasets", {"toucan_toolcall_rl.parquet": b"x",
+                                                            "toucan_eval_4k_unified.parquet": b"x",
+                                                            "toucan_toolcall_sft_split_42k.parquet": b"x"})
+    with pytest.raises(DataError, match="data/toucan_toolcall_rl.parquet is not in"):
+        release_files()
+
+
+def test_release_files_offline_and_not_cached_is_one_clear_line(offline_hub):
     with pytest.raises(DataError) as e:
         release_files()
     msg = str(e.value)
-    assert "\n" not in msg and msg.startswith("YanZhanPKU/SLCA-GRPO-Datasets/toucan_toolcall_rl.parquet is not in")
-    assert msg.endswith("fetch the splits with: hf download YanZhanPKU/SLCA-GRPO-Datasets toucan_toolcall_rl.parquet "
-                        "toucan_eval_4k_unified.parquet toucan_toolcall_sft_split_42k.parquet --repo-type dataset")
+    assert "\n" not in msg and msg.startswith("YanZhanPKU/SLCA-GRPO-Datasets/data/toucan_toolcall_rl.parquet is not in")
+    assert 'fetch the splits with: hf download YanZhanPKU/SLCA-GRPO-Datasets --repo-type dataset --include ' \
+           '"data/*.parquet" (into the Hugging Face cache' in msg
+    assert "--data DIR/data/toucan_toolcall_rl.parquet --eval-data DIR/data/toucan_eval_4k_unified.parquet " \
+           "--sft-data DIR/data/toucan_toolcall_sft_split_42k.parquet" in msg
     with mock.patch("huggingface_hub.hf_hub_download", side_effect=OSError("unreachable")):
         with pytest.raises(DataError, match=r"\(OSError\); fetch the splits with: hf download "):
             release_files()

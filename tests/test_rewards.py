@@ -194,7 +194,7 @@ def test_summary_gating_and_judge_failure():
     assert summary_score("too short", "q", ["{}"], j) == 0.0           # < 10 characters
     assert summary_score("<think>long thinking here</think>short", "q", ["{}"], j) == 0.0
     assert j.calls == 0
-    for r, s in [(1, 0.0), (2, 0.25), (3, 0.5), (4, 0.75), (5, 1.0), (None, 0.0), (7, 0.0)]:
+    for r, s in [(1, 0.0), (2, 0.25), (3, 0.5), (4, 0.75), (5, 1.0), (None, None), (7, None)]:  # None: unrated
         assert summary_score("Long enough response.", "q", ["{}"], FixedJudge(r)) == s
 
 
@@ -206,6 +206,7 @@ def test_facts_judge():
     assert j.rate("q", ["{}"], "Nothing useful.", facts) == 1
     assert j.rate("q", ["{}"], "Paris.", ["Paris", "x", "y", "z", "w", "v", "u", "t"]) == 2  # 1/8: half rounds up
     assert j.rate("q", ["{}"], "Anything", []) is None
+    assert j.can_rate(SimpleNamespace(facts=["Paris"])) and not j.can_rate(SimpleNamespace(facts=[]))
 
 
 def test_omission_zeroes_every_part():
@@ -262,8 +263,13 @@ def test_judge_transport_failure():
     out = score(text, "The answer is that.", ["{}"], task([[call("f", x=1)]]), DownJudge())
     assert out["judge_failed"] == 1.0 and out["summary"] == 0.0 and out["score"] == pytest.approx(1.0)
     assert score(text, "The answer is that.", ["{}"], task([[call("f", x=1)]]), FixedJudge(4))["judge_failed"] == 0.0
-    # a rating that cannot be parsed is not a transport failure
-    assert score(text, "The answer is that.", ["{}"], task([[call("f", x=1)]]), FixedJudge(None))["judge_failed"] == 0.0
+    # a rating that cannot be parsed is not a transport failure: the summary was judged but is unrated
+    out = score(text, "The answer is that.", ["{}"], task([[call("f", x=1)]]), FixedJudge(None))
+    assert (out["judge_failed"], out["judged"], out["unrated"], out["summary"]) == (0.0, 1.0, 1.0, 0.0)
+    out = score(text, "The answer is that.", ["{}"], task([[call("f", x=1)]]), FixedJudge(4))
+    assert (out["judged"], out["unrated"]) == (1.0, 0.0)
+    out = score(text, "The answer is that.", [], task([[call("f", x=1)]]), FixedJudge(None))  # gate closed: not asked
+    assert (out["judged"], out["unrated"]) == (0.0, 0.0)
 
 
 def test_judge_sees_bounded_text():

@@ -498,6 +498,14 @@ def test_replay_hits_any_key_order_and_string_arguments():
     assert NO_RESULT == '{"error": "no_result", "message": "No matching record."}'
 
 
+def test_can_answer_needs_a_recorded_response_for_every_gold_call():
+    hit, miss = {"name": "get_weather", "arguments": {"unit": "c", "city": "Paris"}}, {"name": "now", "arguments": {}}
+    t = lambda gold, responses=(WEATHER,): types.SimpleNamespace(**vars(task(responses=responses)), gold=gold)  # noqa: E731
+    assert Simulator().can_answer(t([[hit]])) and Simulator().can_answer(t([]))   # no gold call: nothing to answer
+    assert not Simulator().can_answer(t([[hit], [miss]])) and not Simulator().can_answer(t([[hit]], responses=()))
+    assert Simulator("llm", client=Scripted(lambda p: "")).can_answer(t([[miss]]))  # an LLM answers any call
+
+
 # ---- llm backend: framing, batching, order, unwrap, retries, failures ----------------------
 
 def test_the_release_framing_and_token_budget():

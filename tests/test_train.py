@@ -2,6 +2,8 @@
 import json
 import math
 import os
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -116,6 +118,25 @@ def test_bad_data_row_names_file_row_and_field(tmp_path):
     path = write_jsonl(tmp_path / "bad.jsonl", [verl_row("q", [], []), bad])
     with pytest.raises(SystemExit, match=r"bad.jsonl row 2: field 'prompt'"):
         train.main(["--data", path, "--sft-data", "", "--eval-data", "", "--steps", "0", "--out", str(tmp_path / "r")])
+
+
+def test_a_tool_value_json_cannot_write_is_one_line_naming_row_and_field(tmp_path):
+    """A parquet row whose tools hold a timestamp (as pandas writes one): the demo trains its tokenizer on
+    the tools' JSON, and JSON cannot write a datetime."""
+    import datetime
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rows = [verl_row("q", [[{"name": "f", "arguments": {"x": 1}}]], [], ["42"]) for _ in range(2)]
+    for i, r in enumerate(rows):
+        tools = json.loads(r["tools"])
+        tools[0]["function"]["updated"] = datetime.datetime(2026, 1, 1) if i else None
+        r["tools"] = tools
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "rl.parquet")
+    with pytest.raises(SystemExit) as e:
+        train.main(["--data", str(tmp_path / "rl.parquet"), "--sft-data", "", "--eval-data", "", "--steps", "0",
+                    "--out", str(tmp_path / "r")])
+    assert str(e.value) == (f"error: {tmp_path / 'rl.parquet'} row 2: field 'tools[0]': holds a value JSON cannot "
+                            "write (Object of type datetime is not JSON serializable)")
 
 
 def test_load_policy_with_activation_checkpointing(tmp_path):
@@ -268,6 +289,106 @@ def test_each_rl_step_runs_in_one_endpoint_window(world, monkeypatch):
     assert seen == [(7.0, (None, None))] * 2  # replay simulator and facts judge: no HTTP client to bound
     with pytest.raises(SystemExit):
         train.get_args(argv + ["--step-deadline", "-1"])
+
+
+def test_a_step_of_hours_keeps_its_endpoints_by_default(world, monkeypatch):
+    """A healthy run is never stopped by a step deadline: by default no window bounds an RL step (each
+    request keeps its own deadline), so a step whose sampling took four hours still gets its judge's
+    answers. The judge is a real HTTP server; lib.llm's clock jumps four hours as each step starts."""
+    from test_llm import Server, chat
+    tmp, rl, _ = world
+    shift = [0.0]
+    monkeypatch.setattr(train.llm, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + shift[0],
+                                                           sleep=time.sleep))
+    ratings, real_step = [], train.rl_step
+
+    def step(model, ref, tok, opt, tasks, pos, sim, judge, *rest):
+        shift[0] += 4 * 3600  # the step's sampling took four hours
+        ratings.append(judge.rate("q", ["{}"], "A long enough answer."))
+        return real_step(model, ref, tok, opt, tasks, pos, sim, judge, *rest)
+    monkeypatch.setattr(train, "rl_step", step)
+    server = Server(lambda path, body, n: (200, chat("[[4]]"), 0))
+    try:
+        train.main(["--data", rl, "--sft-data", "", "--eval-data", "", "--steps", "2", "--group-size", "2",
+                    "--prompts-per-step", "2", "--mini-batch", "2", "--max-tokens", "16", "--max-turns", "1",
+                    "--judge-url", server.url + "/v1", "--judge-model", "j", "--out", str(tmp / "hours")])
+    finally:
+        server.httpd.shutdown()
+        server.httpd.server_close()
+    assert ratings == [4, 4]
+
+
+def test_rows_the_judge_cannot_rate_are_refused_before_anything(world):
+    tmp, rl, _ = world
+    rows = [json.loads(x) for x in open(rl)]
+    for r in rows:
+        r["reward_model"]["ground_truth"]["reference_facts"] = []
+    bare = write_jsonl(tmp / "bare.jsonl", rows)
+    with pytest.raises(SystemExit) as e:
+        train.main(["--data", bare, "--sft-data", "", "--eval-data", "", "--out", str(tmp / "bare")])
+    assert str(e.value) == (
+        "error: no reward can be earned on these rows: the facts judge has no reference facts for 4 of 4 RL rows "
+        "that call tools (their summaries would score 0): serve a judge and pass --judge-url URL --judge-model NAME "
+        "(or --judge-model FOLDER, in-process); README \"Simulator and judge\" shows how (--max-unscored 1 trains "
+        "anyway)")
+    assert not (tmp / "bare").exists()
+
+
+def test_a_named_model_says_which_stages_run(world, capsys):
+    """--model with --data alone: no SFT and no eval, said before anything starts; the paper preset's evals
+    take 500 prompts."""
+    tmp, rl, _ = world
+    tiny_model().save_pretrained(tmp / "m")
+    tokenizer().save_pretrained(tmp / "m")
+    argv = ["--model", str(tmp / "m"), "--data", rl, "--dtype", "float32", "--no-grad-ckpt", "--steps", "0"]
+    assert train.get_args(argv).eval_limit == 500 and train.get_args([]).eval_limit is None
+    train.main(argv + ["--out", str(tmp / "r")])
+    assert "plan: SFT: none (no --sft-data) -> RL: 0 steps of 128 prompts x G = 16 (4 prompts x 1 epochs) -> " \
+           "eval: none (no --eval-data)" in capsys.readouterr().out
+
+
+def script(text, summary):
+    """A train.rollout that keeps the sampled tokens but has every rollout write `text`, answered by the run's
+    own simulator, then `summary`: the tiny random policy of these tests writes no tool call at all."""
+    real = train.rollout
+
+    def rollout(model, tok, tasks, sim, *args, **kw):
+        rs = real(model, tok, tasks, sim, *args, **kw)
+        for r, (calls, obs) in zip(rs, sim.respond([text] * len(rs), [r.task for r in rs])):
+            r.turns = [{"text": text, "calls": [vars(c) for c in calls], "observations": obs},
+                       {"text": summary, "calls": [], "observations": []}]
+        return rs
+    return rollout
+
+
+@pytest.mark.parametrize("what,flags,line", [
+    ("replay", [], "100% of the answered tool calls got 'no matching record' from the simulator (serve a simulator"),
+    ("judge", ["--judge-url", "JUDGE"], "the judge could not rate 100% of the judged summaries (serve a judge")])
+def test_a_run_that_cannot_earn_a_reward_stops_after_three_steps(what, flags, line, world, monkeypatch):
+    """The rows pass the check before training (a recorded response and reference facts for every row),
+    but every call the policy makes misses the replay's records (x = 2; only x = 1 is recorded), or the
+    judge (a real HTTP server) answers without a rating: each step logs the share, counts the steps in a
+    row, and the third stops the run with one line naming the flags that fix it."""
+    from test_llm import Server, chat
+    tmp, rl, _ = world
+    x = 2 if what == "replay" else 1
+    monkeypatch.setattr(train, "rollout", script(CALL.replace('"x": 1', f'"x": {x}'), "f of that is 42, I think."))
+    server = Server(lambda path, body, n: (200, chat("I would rather not say."), 0))
+    argv = ["--data", rl, "--sft-data", "", "--eval-data", "", "--steps", "3", "--group-size", "2",
+            "--prompts-per-step", "2", "--mini-batch", "2", "--max-tokens", "16", "--max-turns", "1",
+            *[server.url + "/v1" if f == "JUDGE" else f for f in flags]]
+    try:
+        with pytest.raises(SystemExit) as e:
+            train.main(argv + ["--out", str(tmp / what)])
+        train.main(argv + ["--out", str(tmp / "on"), "--max-unscored", "1"])  # 1: never stops
+    finally:
+        server.httpd.shutdown()
+        server.httpd.server_close()
+    assert str(e.value).startswith("stopping at RL step 2: 3 steps in a row over --max-unscored 0.5: " + line)
+    rows = [json.loads(x) for x in open(tmp / what / "metrics.jsonl")]
+    assert [r["blind_steps"] for r in rows] == [1, 2, 3]
+    assert [(r["replay_miss"], r["unrated"]) for r in rows] == [(1.0, 0.0) if what == "replay" else (0.0, 1.0)] * 3
+    assert [json.loads(x)["blind_steps"] for x in open(tmp / "on" / "metrics.jsonl")] == [0] * 3
 
 
 def test_old_logprobs_from_sampling_equal_the_recomputed_ones(world):

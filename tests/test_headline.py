@@ -1,0 +1,84 @@
+"""The headline command, `python train.py --model M`, as a new user runs it: the release's splits
+from a Hugging Face cache laid out as the hub lays the dataset repository out (data/*.parquet),
+offline (HF_HUB_OFFLINE=1), built from the release's preview rows; refused in one line when the
+offline simulator and judge cannot earn a reward on them; trained when a simulator and a judge
+are served (two real HTTP servers on 127.0.0.1)."""
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from helpers import hub_cache, tiny_model, tokenizer
+from test_data import RL_PREVIEW, SFT_PREVIEW, as_conversations
+from test_llm import Server, chat
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the paper preset at toy size: a few rows, one RL step, float32 (bf16 on a CPU is slow and adds nothing here)
+TINY = ["--dtype", "float32", "--no-grad-ckpt", "--group-size", "2", "--prompts-per-step", "2", "--mini-batch", "2",
+        "--micro-batch", "4", "--max-tokens", "24", "--max-turns", "2", "--steps", "1", "--sft-batch", "2",
+        "--sft-epochs", "1", "--sft-max-len", "512", "--eval-limit", "2", "--show", "0"]
+
+
+def parquet(rows):
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows), sink)
+    return sink.getvalue().to_pybytes()
+
+
+@pytest.fixture(scope="module")
+def headline(tmp_path_factory):
+    """(the run's environment: an offline Hugging Face cache holding the release's three splits, a local model folder)."""
+    tmp = tmp_path_factory.mktemp("headline")
+    rl = [json.loads(x) for x in RL_PREVIEW.read_text(encoding="utf-8").splitlines()]
+    sft = [as_conversations(json.loads(x)) for x in SFT_PREVIEW.read_text(encoding="utf-8").splitlines()]
+    cache = hub_cache(tmp / "hub", "YanZhanPKU/SLCA-GRPO-Datasets", {
+        "data/toucan_toolcall_rl.parquet": parquet(rl), "data/toucan_eval_4k_unified.parquet": parquet(rl),
+        "data/toucan_toolcall_sft_split_42k.parquet": parquet(sft), "README.md": b"# the dataset card\n"})
+    model = tmp / "model"
+    tiny_model().save_pretrained(model)
+    tokenizer().save_pretrained(model)
+    env = {**os.environ, "HF_HUB_CACHE": cache, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
+    return env, str(model), tmp
+
+
+def train(env, *argv):
+    return subprocess.run([sys.executable, "train.py", *argv], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_offline_replay_and_facts_judge_are_refused_in_one_line(headline):
+    env, model, tmp = headline
+    p = train(env, "--model", model, "--out", str(tmp / "refused"), *TINY)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    line = p.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: no reward can be earned on these rows: the replay simulator has no recorded "
+                           "response for the gold calls of 1 of 1 RL rows "
+                           "that call tools")
+    assert all(f in line for f in ("--sim-url", "--sim-model", "--judge-url", "--judge-model", "--max-unscored"))
+    assert not (tmp / "refused").exists()  # nothing written, nothing trained
+
+
+def test_a_served_simulator_and_judge_train_on_the_release_splits(headline):
+    env, model, tmp = headline
+    sim = Server(lambda path, body, n: (200, chat('<tool_response>{"result": "ok"}</tool_response>'), 0))
+    judge = Server(lambda path, body, n: (200, chat("Rating: [[4]]"), 0))
+    try:
+        p = train(env, "--model", model, "--out", str(tmp / "run"), *TINY,
+                  "--sim-url", sim.url + "/v1", "--sim-model", "sim", "--judge-url", judge.url + "/v1", "--judge-model", "j")
+    finally:
+        for s in (sim, judge):
+            s.httpd.shutdown()
+            s.httpd.server_close()
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    config = json.load(open(tmp / "run" / "config.json"))
+    snapshot = os.path.join("datasets--YanZhanPKU--SLCA-GRPO-Datasets", "snapshots", "0" * 40, "data")
+    assert all(snapshot in config[k] for k in ("data", "eval_data", "sft_data"))
+    assert "plan: SFT: 2 conversations x 1 epochs, 2 a step -> RL: 1 steps of 2 prompts x G = 2 " \
+           "(2 prompts x 1 epochs) -> eval: 2 prompts before RL, every 50 steps, after RL" in p.stdout
+    rows = [json.loads(x) for x in open(tmp / "run" / "metrics.jsonl")]
+    [rl] = [r for r in rows if "step" in r]
+    assert rl["replay_miss"] == 0.0 and rl["blind_steps"] == 0 and rl["rollout_tok_s"] > 0
