@@ -50,6 +50,13 @@ def train(env, *argv):
                           timeout=300)
 
 
+def test_splits_missing_from_the_cache_name_the_command_that_fetches_them(headline):
+    env, model, tmp = headline
+    p = train({**env, "HF_HUB_CACHE": str(tmp / "empty")}, "--model", model, "--out", str(tmp / "none"), *TINY)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert 'hf download YanZhanPKU/SLCA-GRPO-Datasets --repo-type dataset --include "data/*.parquet"' in p.stderr
+
+
 def test_offline_replay_and_facts_judge_are_refused_in_one_line(headline):
     env, model, tmp = headline
     p = train(env, "--model", model, "--out", str(tmp / "refused"), *TINY)
