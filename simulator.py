@@ -563,6 +563,16 @@ def _definitions(task):
     return out
 
 
+def unrecorded(turns, task):
+    """How many answered calls of a rollout's `turns` got NO_RESULT for a tool `task` records no response
+    of at all: misses the data causes (the release's rows record none), not the policy's wrong arguments
+    (train.py's replay_miss)."""
+    responses = getattr(task, "responses", None)
+    names = {r.get("name") for r in responses if isinstance(r, dict)} if isinstance(responses, list) else set()
+    return sum(o == NO_RESULT and c["name"] not in names for t in turns for c, o in zip(t["calls"], t["observations"])
+               if not c["error"] and not c["failed"])
+
+
 def _replay(call, task):
     key = canonical(call.name, call.arguments)
     responses = getattr(task, "responses", None)

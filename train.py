@@ -85,7 +85,7 @@ from rewards import score_rollouts
 from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, turn_stats
 from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
 from rollout import GEN_BATCH, TEMPERATURE, collate, prompt_ids, rollout
-from simulator import NO_RESULT
+from simulator import unrecorded
 from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
 from lib import llm, tiny
 from lib.data import TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
@@ -251,7 +251,8 @@ def get_args(argv=None):
     g.add_argument("--max-unscored", type=num, default=UNSCORED,
                    help="the share of RL rows (checked before training) or of a step's answered calls and judged "
                         f"summaries (checked every step; {BLIND_STEPS} such steps in a row stop the run) that the "
-                        "simulator answered 'no matching record' or the judge could not rate; 1 = never stop")
+                        "simulator could not answer (replay: no record of the row's gold calls, of the called tool) "
+                        "or the judge could not rate; 1 = never stop")
     g.add_argument("--judge-noise", type=num, default=0.0, metavar="P",
                    help="the noise control: with probability P an RL summary rating is replaced by a uniform "
                         "level 1..5 (rewards.NoisyJudge); evals keep the clean judge")
@@ -444,8 +445,8 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
 
 def unscored(m, step, limit):
     """The line that stops a run whose last BLIND_STEPS steps could not earn a reward."""
-    why = [f"{m['replay_miss']:.0%} of the answered tool calls got 'no matching record' from the simulator "
-           f"({FIX['sim']})"] if m["replay_miss"] > limit else []
+    why = [f"{m['replay_miss']:.0%} of the answered tool calls were to tools the data records no response of "
+           f"(answered 'no matching record'; {FIX['sim']})"] if m["replay_miss"] > limit else []
     why += [f"the judge could not rate {m['unrated']:.0%} of the judged summaries ({FIX['judge']})"] \
         if m["unrated"] > limit else []
     return (f"stopping at RL step {step}: {BLIND_STEPS} steps in a row over --max-unscored {limit}: "
@@ -466,7 +467,7 @@ def step_metrics(step, rs, scores, batch, stats, tool, summary, adv_turn, gids, 
              **{f"stop_{k}": float(sum(r.stop == k for r in rs)) for k in STOPS},
              "sim_failed": float(sim_fail.sum()), "judge_failed": float(judge_fail.sum()),
              "answered": float(sum(len(r.responses) for r in rs)),
-             "missed": float(sum(o == NO_RESULT for r in rs for o in r.responses)),  # 'no matching record'
+             "missed": float(sum(unrecorded(r.turns, r.task) for r in rs)),  # tools the data has no record of
              "judged": sum(s["judged"] for s in scores), "unrated": sum(s["unrated"] for s in scores),
              "unencodable": float(take_unencodable()),  # lone surrogates made U+FFFD before a tokenizer
              "policy_tokens": float(batch["response_mask"].sum()), "tokens": float(batch["attention_mask"].sum())}

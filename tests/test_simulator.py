@@ -498,6 +498,16 @@ def test_replay_hits_any_key_order_and_string_arguments():
     assert NO_RESULT == '{"error": "no_result", "message": "No matching record."}'
 
 
+def test_unrecorded_counts_the_misses_the_data_causes():
+    sim, t = Simulator(), task()
+    text = turn({"name": "get_weather", "arguments": {"city": "Rome", "unit": "c"}},   # recorded tool, other city
+                {"name": "now", "arguments": {}}, {"name": "nope", "arguments": {}})  # no record of now; nope: error
+    [(calls, obs)] = sim.respond([text], [t])
+    turns = [{"calls": [vars(c) for c in calls], "observations": obs}]
+    assert obs[:2] == [NO_RESULT, NO_RESULT] and calls[2].error
+    assert simulator.unrecorded(turns, t) == 1 and simulator.unrecorded(turns, task(responses=())) == 2
+
+
 def test_can_answer_needs_a_recorded_response_for_every_gold_call():
     hit, miss = {"name": "get_weather", "arguments": {"unit": "c", "city": "Paris"}}, {"name": "now", "arguments": {}}
     t = lambda gold, responses=(WEATHER,): types.SimpleNamespace(**vars(task(responses=responses)), gold=gold)  # noqa: E731

@@ -362,17 +362,23 @@ def script(text, summary):
 
 
 @pytest.mark.parametrize("what,flags,line", [
-    ("replay", [], "100% of the answered tool calls got 'no matching record' from the simulator (serve a simulator"),
+    ("replay", [], "100% of the answered tool calls were to tools the data records no response of (answered 'no "
+                   "matching record'; serve a simulator"),
     ("judge", ["--judge-url", "JUDGE"], "the judge could not rate 100% of the judged summaries (serve a judge")])
 def test_a_run_that_cannot_earn_a_reward_stops_after_three_steps(what, flags, line, world, monkeypatch):
-    """The rows pass the check before training (a recorded response and reference facts for every row),
-    but every call the policy makes misses the replay's records (x = 2; only x = 1 is recorded), or the
+    """The rows pass the check before training (a recorded response of the gold call f and reference facts
+    for every row), but every call the policy makes is to g, which the data records nothing of, or the
     judge (a real HTTP server) answers without a rating: each step logs the share, counts the steps in a
     row, and the third stops the run with one line naming the flags that fix it."""
     from test_llm import Server, chat
-    tmp, rl, _ = world
-    x = 2 if what == "replay" else 1
-    monkeypatch.setattr(train, "rollout", script(CALL.replace('"x": 1', f'"x": {x}'), "f of that is 42, I think."))
+    tmp, _, _ = world
+    f = {"type": "function", "function": {"name": "f", "description": "F.", "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}
+    g = {"type": "function", "function": {**f["function"], "name": "g"}}
+    gold, resp = [[{"name": "f", "arguments": {"x": 1}}]], [{"name": "f", "arguments": {"x": 1}, "response": '{"y": 42}'}]
+    rl = write_jsonl(tmp / "fg.jsonl", [verl_row(f"f of 1, case {i}?", gold, resp, ["42"], [f, g]) for i in range(4)])
+    name = "g" if what == "replay" else "f"
+    monkeypatch.setattr(train, "rollout", script(CALL.replace('"f"', f'"{name}"'), "f of that is 42, I think."))
     server = Server(lambda path, body, n: (200, chat("I would rather not say."), 0))
     argv = ["--data", rl, "--sft-data", "", "--eval-data", "", "--steps", "3", "--group-size", "2",
             "--prompts-per-step", "2", "--mini-batch", "2", "--max-tokens", "16", "--max-turns", "1",
