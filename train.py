@@ -58,6 +58,10 @@ checkpoints and exits with 128 + the signal (during SFT: abandons it; --resume r
 damaged checkpoint falls back to the one before it; a failed write is one line naming the path.
 At one thread a run is bit-reproducible and a resumed run ends with the bits of an
 uninterrupted one (tests/test_resume.py; README "Reproducibility").
+LoRA (--lora-r N, lib/lora.py; one process): SFT trains an adapter that is then merged into the float32
+base and saved as <out>/sft; RL trains a fresh adapter on that, and the reference is the same weights with
+the adapter off (peft's disable_adapter): the SFT policy exactly, no second copy. Checkpoints hold the adapter
+and its optimizer; final/ is the adapter (peft's layout, pointing at ../sft), final/merged with --merge-lora.
 Log-probs (lib/logprobs.py) are computed on response tokens only, in chunks, and the G rollouts
 of a prompt compute it once in every log-prob pass.
 """
@@ -522,7 +526,6 @@ def run(a, rank, tasks, evals, convs, got):
     rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals: the clean one
     t_start, threads = time.time(), Threads(on=a.device == "cpu")  # fewer threads while the machine is busy
     model = shard(model, a.dtype)
-    adapter = lambda m: lora.add_adapter(m, a.lora_r, a.lora_alpha, a.lora_dropout, a.lora_targets, a.seed)  # noqa: E731
     if convs and not os.path.isdir(sft_dir):
         if a.resume:
             logs.rewind(dict.fromkeys(LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
@@ -530,20 +533,12 @@ def run(a, rank, tasks, evals, convs, got):
             logs.write({**row, "threads": torch.get_num_threads()})
             threads.update()
             stop_if_asked(got, main_rank)
-        model = adapter(model) if a.lora_r else model
+        model = adapter(a, model)
         with autocast(a.dtype, a.device):
             warm_start(model, tok, convs, sft_config(a), sft_row)
         model = lora.merge(model) if a.lora_r else model  # the SFT policy: base + adapter, now the frozen base
         save_final(model, tok, sft_dir, rank, info={"logs": logs.sizes()})
-    base = sft_dir if os.path.isdir(sft_dir) else name  # the SFT policy, or the model RL starts from
-    ref = None
-    if a.lora_r:  # RL trains a fresh adapter; the reference is the same weights with it off (no second copy)
-        model = adapter(model)
-        lora.base_folder(model, base, final)
-        ref = model if a.kl_beta else None
-    elif a.kl_beta:  # the frozen SFT policy, kept in the compute dtype
-        ref = shard(load_policy(base, a.dtype, a.device)[0], a.dtype).eval()
-        ref.requires_grad_(False)
+    model, ref = rl_models(a, model, sft_dir if os.path.isdir(sft_dir) else name)
     eval_row = lambda label, step: run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step)  # noqa: E731
 
     # RL state: fresh, or the newest checkpoint that reads back; the logs are cut back to that point
@@ -605,6 +600,24 @@ def load_model(a, rank, tasks, evals, convs):
     if not tasks:
         raise SystemExit(f"no RL prompt fits --max-prompt-tokens {a.max_prompt_tokens}")
     return model, tok, tasks, evals, sft_dir, name
+
+
+def adapter(a, model):
+    """`model` with a fresh LoRA adapter (lib/lora.py) under --lora-r, else itself."""
+    return lora.add_adapter(model, a.lora_r, a.lora_alpha, a.lora_dropout, a.lora_targets, a.seed) if a.lora_r else model
+
+
+def rl_models(a, model, base):
+    """The RL policy and the reference of Eq. 11 (None when β = 0), `base` being the SFT policy's folder
+    (or the model's when there is no SFT). With LoRA: a fresh adapter on the SFT policy, and the same
+    weights with it off (no second copy); else `model` and the SFT policy loaded frozen in the compute dtype."""
+    if a.lora_r:
+        model = adapter(a, model)
+        lora.base_folder(model, base, os.path.join(a.out, "final"))
+        return model, model if a.kl_beta else None
+    if not a.kl_beta:
+        return model, None
+    return model, shard(load_policy(base, a.dtype, a.device)[0], a.dtype).eval().requires_grad_(False)
 
 
 def rl_state(a, model, opt, rank, logs, n_tasks, sft_dir):

@@ -26,12 +26,17 @@ DROPOUT = 0.0
 def add_adapter(model, r, alpha, dropout, targets, seed):
     """`model` wrapped by peft with a fresh LoRA adapter (rank r, scale alpha / r) on the `targets`
     modules; every base weight frozen. The adapter's random init draws from a generator seeded with
-    `seed`, so a run that resumes after SFT builds the same adapter as one that never stopped."""
+    `seed`, so a run that resumes after SFT builds the same adapter as one that never stopped. A
+    target that names no module stops the run in one line."""
     from peft import LoraConfig, get_peft_model
+    from peft.utils.error import NoMatchingPeftModuleError
     cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(targets), task_type="CAUSAL_LM")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return get_peft_model(model, cfg)
+        try:
+            return get_peft_model(model, cfg)
+        except NoMatchingPeftModuleError as e:
+            raise SystemExit(f"--lora-targets: {e}") from None
 
 
 def adapters_off(model):

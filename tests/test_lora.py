@@ -62,7 +62,7 @@ def test_lora_trains_adapters_only_and_the_reference_is_the_sft_model(tmp_path, 
     monkeypatch.setattr(train, "old_and_ref_logprobs", spy)
     monkeypatch.setattr(train, "save_final", final)
     train.main(["--data", rl, "--sft-data", sft, "--out", str(out), *ARGS, *LORA, "--eval-data", rl,
-                "--eval-limit", "2", "--show", "0"])
+                "--eval-limit", "2", "--show", "0", "--grad-ckpt"])                                # as the paper preset
 
     # SFT: the embeddings and norms untouched, each target weight changed by a matrix of rank <= 4
     before, after = load_file(out / "base" / "model.safetensors"), load_file(out / "sft" / "model.safetensors")
@@ -134,6 +134,14 @@ def test_bad_lora_flags_name_the_flag(argv, said, capsys):
     assert said in capsys.readouterr().err
 
 
+def test_lora_targets_that_name_no_module_stop_before_training(tmp_path):
+    rl, _ = write_world(tmp_path)
+    with pytest.raises(SystemExit, match=r"^--lora-targets: Target modules \{'nope_proj'\} not found") as e:
+        train.main(["--data", rl, "--sft-data", "", "--eval-data", "", "--out", str(tmp_path / "run"), "--tiny-size",
+                    "32", "1", "2", "--lora-r", "4", "--lora-targets", "nope_proj"])
+    assert "\n" not in str(e.value.code) and (tmp_path / "run" / "metrics.jsonl").read_text() == ""
+
+
 def test_torchrun_with_lora_is_refused_in_one_line(capsys, monkeypatch):
     """What torchrun sets (WORLD_SIZE): refused while the flags are read, before any process group or model."""
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -142,3 +150,21 @@ def test_torchrun_with_lora_is_refused_in_one_line(capsys, monkeypatch):
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.endswith("--lora-r runs in one process: torchrun (FSDP2) with LoRA is not supported")
     assert parallel.world() == 1
+
+
+def test_plan_counts_lora_as_the_float32_base_and_the_adapters():
+    """scripts/plan.py with LoRA: 4 B per base parameter plus 16 B per adapter parameter, the rest as without."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("plan", os.path.join(os.path.dirname(train.__file__), "scripts", "plan.py"))
+    plan = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plan)
+    cfg = plan.config("3B")
+    h, inter, kv = cfg.hidden_size, cfg.intermediate_size, cfg.num_key_value_heads * cfg.hidden_size // cfg.num_attention_heads
+    adapters = 8 * cfg.num_hidden_layers * (2 * (h + h) + 2 * (h + kv) + 3 * (h + inter))  # q, o; k, v; gate, up, down
+    assert plan.adapter_params(cfg, 8) == adapters
+    full, low = plan.plan(cfg, 1, 16, 2), plan.plan(cfg, 1, 16, 2, lora_r=8)
+    assert low["states"] == 4 * full["params"] + 16 * adapters
+    assert full["peak"] - low["peak"] == pytest.approx(full["states"] - low["states"])
+    assert (plan.card(low["peak"]), plan.card(full["peak"])) == (24, 80)
+    with pytest.raises(ValueError):
+        plan.plan(cfg, 8, 16, 2, lora_r=8)
