@@ -423,7 +423,7 @@ def get_args(argv=None):
                                                   "--lora-r's final/, is merged onto its base)")
     t.add_argument("--run-config", default="auto",
                    help="a train.py config.json whose settings become this command's defaults; auto = the "
-                        "run's when --model is a run's final/ or sft/ folder; none = the defaults shown")
+                        "run's when --model is a run's final/, final/merged/ or sft/ folder; none = the defaults shown")
     t.add_argument("--data", default="data/world/eval.jsonl")
     t.add_argument("--limit", type=int, default=None, help="first N tasks only")
     add_episode_flags(t, SCHEMA_CHECKS[0])

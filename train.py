@@ -323,6 +323,8 @@ def check_args(p, a):
         p.error("--lora-r runs in one process: torchrun (FSDP2) with LoRA is not supported")
     if (a.merge_lora or a.lora_alpha is not None) and not a.lora_r:
         p.error(f"--{'merge-lora' if a.merge_lora else 'lora-alpha'} needs --lora-r")
+    if a.lora_r and a.sampler == "compiled":
+        p.error("--sampler compiled runs a plain Qwen2's weights, not LoRA's: with --lora-r use cached or generate")
     if not 0 <= a.lora_dropout < 1:
         p.error("--lora-dropout must be in [0, 1)")
     a.lora_alpha = 2.0 * a.lora_r if a.lora_alpha is None else a.lora_alpha
@@ -542,7 +544,7 @@ def run(a, rank, tasks, evals, convs, got):
     eval_row = lambda label, step: run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step)  # noqa: E731
 
     # RL state: fresh, or the newest checkpoint that reads back; the logs are cut back to that point
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=a.lr, weight_decay=a.weight_decay)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], a.lr, weight_decay=a.weight_decay)
     start, order, found = rl_state(a, model, opt, rank, logs, len(tasks), sft_dir)
     table = {"before RL": None if found else eval_row("before RL", 0)}
     steps = len(order) // a.prompts_per_step if a.steps is None else a.steps
@@ -604,7 +606,9 @@ def load_model(a, rank, tasks, evals, convs):
 
 def adapter(a, model):
     """`model` with a fresh LoRA adapter (lib/lora.py) under --lora-r, else itself."""
-    return lora.add_adapter(model, a.lora_r, a.lora_alpha, a.lora_dropout, a.lora_targets, a.seed) if a.lora_r else model
+    if not a.lora_r:
+        return model
+    return lora.add_adapter(model, a.lora_r, a.lora_alpha, a.lora_dropout, a.lora_targets, a.seed)
 
 
 def rl_models(a, model, base):

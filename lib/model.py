@@ -59,8 +59,8 @@ def load_policy(name, dtype="float32", device="cpu", grad_ckpt=False):
         from peft import PeftConfig, PeftModel
         base = PeftConfig.from_pretrained(name).base_model_name_or_path  # relative to the adapter when a folder there
         near = os.path.join(name, base)
-        model = PeftModel.from_pretrained(load_policy(near if os.path.isdir(near) else base, dtype, device, grad_ckpt)[0],
-                                          name).merge_and_unload()
+        model = load_policy(near if os.path.isdir(near) else base, dtype, device, grad_ckpt)[0]
+        model = PeftModel.from_pretrained(model, name).merge_and_unload()
     else:
         model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype)).to(device)
         if grad_ckpt:

@@ -190,7 +190,7 @@ def full_state(model, opt=None):
 
 def load_state(model, opt, msd, osd):
     if world() == 1:
-        model.load_state_dict(msd, strict=len(msd) == len(model.state_dict()))  # all but frozen: check_checkpoint
+        model.load_state_dict(msd, strict=len(msd) == len(model.state_dict()))  # LoRA's: no frozen weights
         opt.load_state_dict(osd)
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict

@@ -21,7 +21,7 @@ sampling (one forward), old and reference log-probs (two forwards, no grad), and
 With LoRA (train.py --lora-r, one process): the base stays float32 and frozen (4 B a parameter, no
 gradient, no AdamW state), the reference is the base with the adapters off (no copy), and each
 adapter parameter costs 16 B; activations and the KV cache are as without. `--cards` prints the
-peak per GPU of several settings and the smallest of CARDS each fits (docs/scaling.md).
+peak per GPU of several settings and the smallest of CARDS each fits (docs/memory.md).
 """
 import argparse
 import os
@@ -111,10 +111,11 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
     gathered = weights if gpus > 1 else 0                                             # the bf16 policy for sampling
     layer_acts = BF16 * (6 * h + 2 * kv_dim + 4 * cfg.intermediate_size)              # one layer, per token
     acts = micro_batch * seq * (layers * BF16 * h + layer_acts) + LOGIT_CHUNK * cfg.vocab_size * 4
+    sampling, training = states + gathered + gen_batch * seq * kv, states + acts
     return {"params": n, "fwd_flop_per_token": f, "bwd_over_fwd": bwd_ratio, "tokens": tokens, "flops": flops,
-            "states": states, "sampling_peak": states + gathered + gen_batch * seq * kv,
-            "training_peak": states + acts, "kv_per_token": kv, "kv_all_rollouts": ROLLOUTS * seq * kv,
-            "peak": max(states + gathered + gen_batch * seq * kv, states + acts), "sample_s": sample_s, "train_s": train_s, "step_s": sample_s + train_s,
+            "states": states, "sampling_peak": sampling, "training_peak": training, "peak": max(sampling, training),
+            "kv_per_token": kv, "kv_all_rollouts": ROLLOUTS * seq * kv,
+            "sample_s": sample_s, "train_s": train_s, "step_s": sample_s + train_s,
             "epoch_h": (sample_s + train_s) * STEPS_PER_EPOCH / 3600}
 
 

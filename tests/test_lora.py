@@ -81,7 +81,8 @@ def test_lora_trains_adapters_only_and_the_reference_is_the_sft_model(tmp_path, 
     assert len(refs) == 4 and all(same_model and torch.equal(got, want) for same_model, got, want in refs)
     rows = [json.loads(x) for x in open(out / "metrics.jsonl") if '"sft"' not in x]
     assert all(r["grad_norm"] > 0 for r in rows) and rows[-1]["kl"] > 0                             # it learned
-    assert os.path.isfile(out / "final" / "adapter_model.safetensors") and not os.path.exists(out / "final" / "model.safetensors")
+    assert os.path.isfile(out / "final" / "adapter_model.safetensors")
+    assert not os.path.exists(out / "final" / "model.safetensors")
 
 
 @pytest.mark.slow
@@ -113,7 +114,8 @@ def test_final_and_merged_load_in_eval_and_from_pretrained(straight, tmp_path):
     merged = AutoModelForCausalLM.from_pretrained(final / "merged").state_dict()
     loaded = load_policy(str(final))[0].state_dict()                  # the adapter, merged onto ../sft
     assert merged.keys() == loaded.keys() and all(torch.equal(merged[k], loaded[k]) for k in merged)
-    assert not all(torch.equal(merged[k], v) for k, v in load_file(tmp / "straight" / "sft" / "model.safetensors").items())
+    sft = load_file(tmp / "straight" / "sft" / "model.safetensors")
+    assert not all(torch.equal(merged[k], v) for k, v in sft.items())                     # the RL adapter is in it
     got = [E.main(["toucan", "--model", str(m), "--data", rl, "--limit", "2", "--out", str(tmp_path / f"{i}.jsonl")])
            for i, m in enumerate((final, final / "merged"))]
     assert E.get_args(["toucan", "--model", str(final / "merged"), "--out", "x"]).max_tokens == 40  # the run's config
@@ -127,6 +129,7 @@ def test_final_and_merged_load_in_eval_and_from_pretrained(straight, tmp_path):
     (["--merge-lora"], "--merge-lora needs --lora-r"),
     (["--lora-alpha", "8"], "--lora-alpha needs --lora-r"),
     (["--lora-r", "4", "--lora-dropout", "1"], "--lora-dropout must be in [0, 1)"),
+    (["--lora-r", "4", "--sampler", "compiled"], "--sampler compiled runs a plain Qwen2's weights"),
 ])
 def test_bad_lora_flags_name_the_flag(argv, said, capsys):
     with pytest.raises(SystemExit):
@@ -155,11 +158,13 @@ def test_torchrun_with_lora_is_refused_in_one_line(capsys, monkeypatch):
 def test_plan_counts_lora_as_the_float32_base_and_the_adapters():
     """scripts/plan.py with LoRA: 4 B per base parameter plus 16 B per adapter parameter, the rest as without."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("plan", os.path.join(os.path.dirname(train.__file__), "scripts", "plan.py"))
+    path = os.path.join(os.path.dirname(train.__file__), "scripts", "plan.py")
+    spec = importlib.util.spec_from_file_location("plan", path)
     plan = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(plan)
     cfg = plan.config("3B")
-    h, inter, kv = cfg.hidden_size, cfg.intermediate_size, cfg.num_key_value_heads * cfg.hidden_size // cfg.num_attention_heads
+    h, inter = cfg.hidden_size, cfg.intermediate_size
+    kv = cfg.num_key_value_heads * h // cfg.num_attention_heads                            # k and v's output size
     adapters = 8 * cfg.num_hidden_layers * (2 * (h + h) + 2 * (h + kv) + 3 * (h + inter))  # q, o; k, v; gate, up, down
     assert plan.adapter_params(cfg, 8) == adapters
     full, low = plan.plan(cfg, 1, 16, 2), plan.plan(cfg, 1, 16, 2, lora_r=8)
