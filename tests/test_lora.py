@@ -41,6 +41,7 @@ def base_weights(model):
             if "lora_" not in k}
 
 
+@pytest.mark.slow
 def test_lora_trains_adapters_only_and_the_reference_is_the_sft_model(tmp_path, monkeypatch):
     rl, sft = write_world(tmp_path)
     out = tmp_path / "run"
@@ -106,6 +107,7 @@ def test_sigkill_then_resume_ends_with_the_uninterrupted_adapter(straight):
     assert any("lora_B" in k and got.any() for k, got in load_file(out / "final" / "adapter_model.safetensors").items())
 
 
+@pytest.mark.slow
 def test_final_and_merged_load_in_eval_and_from_pretrained(straight, tmp_path):
     import eval as E
     from transformers import AutoModelForCausalLM
@@ -122,6 +124,21 @@ def test_final_and_merged_load_in_eval_and_from_pretrained(straight, tmp_path):
     for g in got:
         g.pop("fingerprint")
     assert got[0] == got[1] and got[0]["all"]["n"] == 2
+
+
+def test_a_fresh_adapter_depends_on_the_seed_only():
+    """A run resumed between SFT and its first checkpoint builds the RL adapter the uninterrupted run built,
+    whatever the global RNG went through before; and the global RNG is left as it was."""
+    from helpers import tiny_model
+    built = []
+    for noise in (0, 1):
+        model = tiny_model()
+        torch.manual_seed(noise)
+        before = torch.get_rng_state()
+        m = lora.add_adapter(model, 4, 8.0, 0.0, lora.TARGETS, seed=7)
+        assert torch.equal(torch.get_rng_state(), before)
+        built.append({k: v for k, v in m.state_dict().items() if "lora_A" in k})
+    assert same(*built) and any(v.any() for v in built[0].values())
 
 
 @pytest.mark.parametrize("argv, said", [
