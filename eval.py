@@ -394,11 +394,12 @@ def bench_parser(sub, name, what, batch_size, batch_help, max_tokens, tokens_hel
 
 def run_config(model, path="auto"):
     """The train.py config (its config.json: every flag's value) that `path` names; {} for "none",
-    and for "auto" unless `model` is a run's final/ or sft/ folder (one holding run.json, inside
-    the folder holding config.json)."""
+    and for "auto" unless `model` is a run's final/, final/merged/ (--merge-lora) or sft/ folder (one
+    holding run.json, inside the run folder holding config.json, or one level further in)."""
     if path == "auto":
-        path = os.path.join(model, os.pardir, "config.json")
-        if not (os.path.isfile(os.path.join(model, "run.json")) and os.path.isfile(path)):
+        ups = [os.path.join(model, *[os.pardir] * n, "config.json") for n in (1, 2)]
+        path = next((p for p in ups if os.path.isfile(p)), "")
+        if not (os.path.isfile(os.path.join(model, "run.json")) and path):
             return {}
     if path == "none":
         return {}
@@ -418,10 +419,11 @@ def get_args(argv=None):
     t = bench_parser(sub, "toucan", "greedy rollouts on an eval split, HierR metrics", GEN_BATCH,
                      "rollouts sampled together through all their turns", MAX_TOKENS,
                      "response tokens per trajectory, observations included")
-    t.add_argument("--model", required=True, help="hub name or local folder")
+    t.add_argument("--model", required=True, help="hub name or local folder (a LoRA adapter folder, train.py "
+                                                  "--lora-r's final/, is merged onto its base)")
     t.add_argument("--run-config", default="auto",
                    help="a train.py config.json whose settings become this command's defaults; auto = the "
-                        "run's when --model is a run's final/ or sft/ folder; none = the defaults shown")
+                        "run's when --model is a run's final/, final/merged/ or sft/ folder; none = the defaults shown")
     t.add_argument("--data", default="data/world/eval.jsonl")
     t.add_argument("--limit", type=int, default=None, help="first N tasks only")
     add_episode_flags(t, SCHEMA_CHECKS[0])

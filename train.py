@@ -66,6 +66,10 @@ checkpoints and exits with 128 + the signal (during SFT: abandons it; --resume r
 damaged checkpoint falls back to the one before it; a failed write is one line naming the path.
 At one thread a run is bit-reproducible and a resumed run ends with the bits of an
 uninterrupted one (tests/test_resume.py; README "Reproducibility").
+LoRA (--lora-r N, lib/lora.py; one process): SFT trains an adapter that is then merged into the float32
+base and saved as <out>/sft; RL trains a fresh adapter on that, and the reference is the same weights with
+the adapter off (peft's disable_adapter): the SFT policy exactly, no second copy. Checkpoints hold the adapter
+and its optimizer; final/ is the adapter (peft's layout, pointing at ../sft), final/merged with --merge-lora.
 Log-probs (lib/logprobs.py) are computed on response tokens only, in chunks, and the G rollouts
 of a prompt compute it once in every log-prob pass.
 """
@@ -87,7 +91,7 @@ from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, polic
 from rollout import GEN_BATCH, TEMPERATURE, collate, prompt_ids, rollout
 from simulator import unrecorded
 from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
-from lib import llm, tiny
+from lib import llm, lora, tiny
 from lib.data import TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
 from lib.files import Logs
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
@@ -165,6 +169,13 @@ def get_args(argv=None):
     g.add_argument("--device", default=None, help="default: cuda (this rank's GPU) if available, else cpu")
     g.add_argument("--tiny-size", type=int, nargs=3, default=list(tiny.SIZE), metavar=("HIDDEN", "LAYERS", "HEADS"),
                    help="shape of the demo model built when no --model is given")
+    g.add_argument("--lora-r", type=int, default=0, help="LoRA rank (lib/lora.py): SFT and RL train adapters on a "
+                                                         "frozen base; 0 = full fine-tuning")
+    g.add_argument("--lora-alpha", type=num, default=None, help="LoRA scale alpha / r; default 2 r (LLaMA-Factory's)")
+    g.add_argument("--lora-dropout", type=num, default=lora.DROPOUT, help="dropout on the adapters' input")
+    g.add_argument("--lora-targets", nargs="+", default=list(lora.TARGETS), help="module names given adapters")
+    g.add_argument("--merge-lora", action="store_true", help="also write final/merged: the adapter merged into "
+                                                             "its base, a whole Hugging Face folder")
     g = p.add_argument_group("data")
     g.add_argument("--data", default=None, help="RL prompts (.jsonl or .parquet); with --model and no data flags: "
                                                 "the release's splits from the Hugging Face hub")
@@ -326,6 +337,17 @@ def check_args(p, a):
         p.error("--hierr-weights must be >= 0")
     if a.resume and a.overwrite:
         p.error("--resume and --overwrite exclude each other")
+    if a.lora_r < 0:
+        p.error("--lora-r must be >= 0")
+    if a.lora_r and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        p.error("--lora-r runs in one process: torchrun (FSDP2) with LoRA is not supported")
+    if (a.merge_lora or a.lora_alpha is not None) and not a.lora_r:
+        p.error(f"--{'merge-lora' if a.merge_lora else 'lora-alpha'} needs --lora-r")
+    if a.lora_r and a.sampler == "compiled":
+        p.error("--sampler compiled runs a plain Qwen2's weights, not LoRA's: with --lora-r use cached or generate")
+    if not 0 <= a.lora_dropout < 1:
+        p.error("--lora-dropout must be in [0, 1)")
+    a.lora_alpha = 2.0 * a.lora_r if a.lora_alpha is None else a.lora_alpha
 
 
 def sft_config(a):
@@ -394,7 +416,8 @@ def old_and_ref_logprobs(model, ref, batch, a):
             if a.old_logprobs == "recompute":
                 old[rows, :L] = token_logprobs(model, *x, groups=groups, rows=NO_GRAD_ROWS)
             if ref is not None:
-                refl[rows, :L] = token_logprobs(ref, *x, groups=groups, rows=NO_GRAD_ROWS)
+                with lora.adapters_off(ref):  # with LoRA, ref is the policy itself: its adapters off
+                    refl[rows, :L] = token_logprobs(ref, *x, groups=groups, rows=NO_GRAD_ROWS)
     return old, refl
 
 
@@ -571,17 +594,16 @@ def run(a, rank, tasks, evals, convs, frozen, got):
             logs.write({**row, "threads": torch.get_num_threads()})
             threads.update()
             stop_if_asked(got, main_rank)
+        model = adapter(a, model)
         with autocast(a.dtype, a.device):
             warm_start(model, tok, convs, sft_config(a), sft_row)
+        model = lora.merge(model) if a.lora_r else model  # the SFT policy: base + adapter, now the frozen base
         save_final(model, tok, sft_dir, rank, info={"logs": logs.sizes()})
-    ref = None
-    if a.kl_beta:  # the frozen SFT policy, kept in the compute dtype
-        ref = shard(load_policy(sft_dir if os.path.isdir(sft_dir) else name, a.dtype, a.device)[0], a.dtype).eval()
-        ref.requires_grad_(False)
+    model, ref = rl_models(a, model, sft_dir if os.path.isdir(sft_dir) else name)
     eval_row = lambda label, step: run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step)  # noqa: E731
 
     # RL state: fresh, or the newest checkpoint that reads back; the logs are cut back to that point
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], a.lr, weight_decay=a.weight_decay)
     start, order, found = rl_state(a, model, opt, rank, logs, len(tasks), sft_dir)
     table = {"before RL": None if found else eval_row("before RL", 0)}
     mine = rank_prompts(a.prompts_per_step, a.mini_batch, rank, world())
@@ -608,7 +630,8 @@ def run(a, rank, tasks, evals, convs, frozen, got):
 
     if steps:  # also when a stop came after the last step: the resumed run has no step left but this
         table["after RL"] = eval_row("after RL", steps)
-    save_final(model, tok, final, rank, info={"rl_steps": steps, "logs": logs.sizes()})
+    save_final(model, tok, final, rank, info={"rl_steps": steps, "logs": logs.sizes()},
+               merged=lora.merge if a.merge_lora else None)
     if main_rank:
         if all(table.values()):
             print(format_table(table))
@@ -651,6 +674,26 @@ def load_model(a, rank, tasks, evals, convs):
     if not tasks:
         raise SystemExit(f"no RL prompt fits --max-prompt-tokens {a.max_prompt_tokens}")
     return model, tok, tasks, evals, sft_dir, name
+
+
+def adapter(a, model):
+    """`model` with a fresh LoRA adapter (lib/lora.py) under --lora-r, else itself."""
+    if not a.lora_r:
+        return model
+    return lora.add_adapter(model, a.lora_r, a.lora_alpha, a.lora_dropout, a.lora_targets, a.seed)
+
+
+def rl_models(a, model, base):
+    """The RL policy and the reference of Eq. 11 (None when β = 0), `base` being the SFT policy's folder
+    (or the model's when there is no SFT). With LoRA: a fresh adapter on the SFT policy, and the same
+    weights with it off (no second copy); else `model` and the SFT policy loaded frozen in the compute dtype."""
+    if a.lora_r:
+        model = adapter(a, model)
+        lora.base_folder(model, base, os.path.join(a.out, "final"))
+        return model, model if a.kl_beta else None
+    if not a.kl_beta:
+        return model, None
+    return model, shard(load_policy(base, a.dtype, a.device)[0], a.dtype).eval().requires_grad_(False)
 
 
 def rl_state(a, model, opt, rank, logs, n_tasks, sft_dir):

@@ -50,16 +50,24 @@ def hf_folder(name, cache=GGUF_CACHE):
 
 
 def load_policy(name, dtype="float32", device="cpu", grad_ckpt=False):
-    """A causal LM and its tokenizer from a hub name, a local folder or a .gguf file (`hf_folder`)."""
+    """A causal LM and its tokenizer from a hub name, a local folder or a .gguf file (`hf_folder`);
+    a LoRA adapter folder (train.py --lora-r's final/) is loaded onto its base and merged into it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     name = hf_folder(name)
     tok = AutoTokenizer.from_pretrained(name)
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype)).to(device)
+    if os.path.isfile(os.path.join(name, "adapter_config.json")):
+        from peft import PeftConfig, PeftModel
+        base = PeftConfig.from_pretrained(name).base_model_name_or_path  # relative to the adapter when a folder there
+        near = os.path.join(name, base)
+        model = load_policy(near if os.path.isdir(near) else base, dtype, device, grad_ckpt)[0]
+        model = PeftModel.from_pretrained(model, name).merge_and_unload()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype)).to(device)
+        if grad_ckpt:
+            model.activation_checkpointing_enable()
+            model.config.use_cache = False
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    if grad_ckpt:
-        model.activation_checkpointing_enable()
-        model.config.use_cache = False
     return model, tok
 
 

@@ -172,10 +172,17 @@ def gathered(model):
             m.set_reshard_after_forward(m is not model, recurse=False)
 
 
+def model_state(model):
+    """The model's state dict less its frozen parameters (LoRA's base weights, which the run loads
+    from their folder again); the whole state dict when everything trains."""
+    return {k: v.detach() for k, v in model.state_dict(keep_vars=True).items()
+            if not isinstance(v, torch.nn.Parameter) or v.requires_grad}
+
+
 def full_state(model, opt=None):
-    """(model, optimizer) state dicts, whole, on CPU (gathered to rank 0 under FSDP)."""
+    """(model_state, optimizer state), whole, on CPU (gathered to rank 0 under FSDP)."""
     if world() == 1:
-        return model.state_dict(), opt.state_dict() if opt is not None else None
+        return model_state(model), opt.state_dict() if opt is not None else None
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
     o = StateDictOptions(full_state_dict=True, cpu_offload=True)
     return get_model_state_dict(model, options=o), get_optimizer_state_dict(model, opt, options=o) if opt else None
@@ -183,7 +190,7 @@ def full_state(model, opt=None):
 
 def load_state(model, opt, msd, osd):
     if world() == 1:
-        model.load_state_dict(msd)
+        model.load_state_dict(msd, strict=len(msd) == len(model.state_dict()))  # LoRA's: no frozen weights
         opt.load_state_dict(osd)
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
@@ -402,20 +409,26 @@ def check_finite(state):
         raise SystemExit(f"refusing to save non-finite weights ({len(bad)} tensors, e.g. {bad[0]})")
 
 
-def save_final(model, tok, path, rank, info=None):
-    """A Hugging Face folder of the whole model, never with non-finite weights, written to
-    path.tmp and renamed; `info` (a dict) goes to its run.json."""
+def save_final(model, tok, path, rank, info=None, merged=None):
+    """A Hugging Face folder of the whole model (a LoRA model's: its adapter, lib/lora.py), never
+    with non-finite weights, written to path.tmp and renamed; `info` (a dict) goes to its run.json.
+    `merged` (a function of the model, the run's last use of it) also writes the model it returns
+    to path/merged, with the tokenizer and run.json."""
     msd, _ = full_state(model)
     if rank == 0:
         check_finite(msd)
         tmp = path + ".tmp"
         with writing(path, tmp):
             shutil.rmtree(tmp, ignore_errors=True)
-            model.save_pretrained(tmp, state_dict=msd)
-            tok.save_pretrained(tmp)
-            if info is not None:
-                with open(os.path.join(tmp, "run.json"), "w") as f:
-                    json.dump(info, f)
+            def hf(m, folder, **kw):
+                m.save_pretrained(folder, **kw)
+                tok.save_pretrained(folder)
+                if info is not None:
+                    with open(os.path.join(folder, "run.json"), "w") as f:
+                        json.dump(info, f)
+            hf(model, tmp, state_dict=msd)
+            if merged:
+                hf(merged(model), os.path.join(tmp, "merged"))
             shutil.rmtree(path, ignore_errors=True)
             os.replace(tmp, path)
     barrier()
@@ -503,7 +516,7 @@ def check_checkpoint(folder, model, config, rank):
                        if isinstance(state, dict) else f"{path} is not a checkpoint")
     if state["world"] != world():
         raise SystemExit(f"--resume: {folder} was written by {state['world']} processes, this run has {world()}")
-    mine, theirs = {k: tuple(v.shape) for k, v in model.state_dict().items()}, state["model"]
+    mine, theirs = {k: tuple(v.shape) for k, v in model_state(model).items()}, state["model"]
     if not isinstance(theirs, dict):
         raise Unusable(f"{path} is not a checkpoint (no model state)")
     for k in sorted(set(mine) | set(theirs)):

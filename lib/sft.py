@@ -99,7 +99,8 @@ def warm_start(model, tok, convs, cfg, log):
         warnings.warn(f"SFT data: {replaced} unencodable code points (lone surrogates) became U+FFFD")
     steps = cfg.epochs * math.ceil(len(data) / cfg.batch)
     warm = max(1, int(cfg.warmup * steps))
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    trained = [p for p in model.parameters() if p.requires_grad]  # with LoRA: the adapters
+    opt = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
     rng = random.Random(cfg.seed)

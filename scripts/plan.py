@@ -2,6 +2,7 @@
 
     python scripts/plan.py                      # Qwen2.5-3B, 1 and 8 GPUs of 80 GB
     python scripts/plan.py --model 7B --gpus 4 8
+    python scripts/plan.py --cards              # memory per GPU with and without LoRA, the smallest card each fits
 
 Measured here (CPU, no weights: the model is built on the meta device from its config): the
 parameter count, and the FLOPs of one forward and one backward pass per token at the
@@ -16,12 +17,22 @@ The passes of one step (the paper preset: --old-logprobs recompute, β > 0, grad
 checkpointing), each over every response token and each group's prompt once (T tokens):
 sampling (one forward), old and reference log-probs (two forwards, no grad), and the update
 (forward, the checkpointed forward again, and a backward of twice a forward's FLOPs).
+
+With LoRA (train.py --lora-r, one process): the base stays float32 and frozen (4 B a parameter, no
+gradient, no AdamW state), the reference is the base with the adapters off (no copy), and each
+adapter parameter costs 16 B; activations and the KV cache are as without. `--cards` prints the
+peak per GPU of several settings and the smallest of CARDS each fits (docs/memory.md).
 """
 import argparse
+import os
+import sys
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import Qwen2Config, Qwen2ForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from lib.lora import TARGETS  # noqa: E402
 
 SHAPES = {  # Qwen2.5 configs: hidden, intermediate, layers, heads, kv heads, tied embeddings
     "3B": (2048, 11008, 36, 16, 2, True),
@@ -29,6 +40,9 @@ SHAPES = {  # Qwen2.5 configs: hidden, intermediate, layers, heads, kv heads, ti
 }
 VOCAB = 151_936        # Qwen2.5's padded vocabulary
 STATE_BYTES = 18       # per parameter: float32 weights, gradients, two AdamW moments (16) + bf16 reference (2)
+BASE_BYTES = 4         # per parameter with LoRA: the frozen float32 base (lib/lora.py)
+ADAPTER_BYTES = 16     # per adapter parameter: float32 weights, gradients, two AdamW moments
+CARDS = (24, 80, 141)  # GB: an RTX 4090 / L4-class card, A100 / H100 80 GB, H200 141 GB (NVIDIA's datasheets)
 BF16 = 2               # bytes
 LOGIT_CHUNK = 1024     # positions per LM-head chunk (lib/logprobs.py)
 PEAK = 989e12          # H100 SXM dense bf16 FLOP/s (NVIDIA's datasheet)
@@ -67,8 +81,20 @@ def measure(cfg, length):
     return n, (cfg.num_hidden_layers * per_layer + head) / length, bwd.get_total_flops() / fwd.get_total_flops()
 
 
-def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mfu=MFU, peak=PEAK, bw=BANDWIDTH):
-    """Memory (bytes per GPU) and time (s) of one step on `gpus` GPUs with FSDP2."""
+def adapter_params(cfg, r):
+    """Parameters of rank-r LoRA adapters on every TARGETS linear layer: r x (in + out) each."""
+    with torch.device("meta"):
+        m = Qwen2ForCausalLM(cfg)
+    return sum(r * (x.in_features + x.out_features) for name, x in m.named_modules()
+               if isinstance(x, torch.nn.Linear) and name.rsplit(".", 1)[-1] in TARGETS)
+
+
+def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mfu=MFU, peak=PEAK, bw=BANDWIDTH,
+         lora_r=0):
+    """Memory (bytes per GPU) and time (s) of one step on `gpus` GPUs with FSDP2 (lora_r > 0: with
+    LoRA adapters of that rank on one GPU; the time is full fine-tuning's)."""
+    if lora_r and gpus > 1:
+        raise ValueError("LoRA runs in one process (train.py refuses --lora-r under torchrun)")
     n, f, bwd_ratio = measure(cfg, prompt + response)
     h, layers = cfg.hidden_size, cfg.num_hidden_layers
     kv_dim = cfg.num_key_value_heads * (h // cfg.num_attention_heads)
@@ -81,15 +107,40 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
     weights = n * BF16
     read = weights + gen_batch * (prompt + response / 2) * kv                         # bytes per decode step
     sample_s = decode_steps * read / bw
-    states = n * STATE_BYTES / gpus
+    states = n * BASE_BYTES + adapter_params(cfg, lora_r) * ADAPTER_BYTES if lora_r else n * STATE_BYTES / gpus
     gathered = weights if gpus > 1 else 0                                             # the bf16 policy for sampling
     layer_acts = BF16 * (6 * h + 2 * kv_dim + 4 * cfg.intermediate_size)              # one layer, per token
     acts = micro_batch * seq * (layers * BF16 * h + layer_acts) + LOGIT_CHUNK * cfg.vocab_size * 4
+    sampling, training = states + gathered + gen_batch * seq * kv, states + acts
     return {"params": n, "fwd_flop_per_token": f, "bwd_over_fwd": bwd_ratio, "tokens": tokens, "flops": flops,
-            "states": states, "sampling_peak": states + gathered + gen_batch * seq * kv,
-            "training_peak": states + acts, "kv_per_token": kv, "kv_all_rollouts": ROLLOUTS * seq * kv,
+            "states": states, "sampling_peak": sampling, "training_peak": training, "peak": max(sampling, training),
+            "kv_per_token": kv, "kv_all_rollouts": ROLLOUTS * seq * kv,
             "sample_s": sample_s, "train_s": train_s, "step_s": sample_s + train_s,
             "epoch_h": (sample_s + train_s) * STEPS_PER_EPOCH / 3600}
+
+
+def card(peak):
+    """The smallest of CARDS (GB) that holds `peak` bytes, or None."""
+    return next((c for c in CARDS if peak <= c * 1e9), None)
+
+
+SETTINGS = [  # (label, gpus, --gen-batch, --micro-batch, LoRA rank) printed by --cards
+    ("full fine-tuning", 1, 32, 8, 0), ("full fine-tuning", 1, 32, 1, 0), ("full fine-tuning, FSDP2", 8, 64, 8, 0),
+    ("LoRA r 8", 1, 32, 8, 8), ("LoRA r 8", 1, 16, 2, 8), ("LoRA r 64", 1, 16, 2, 64)]
+
+
+def cards(model):
+    """Peak memory per GPU of each of SETTINGS and the smallest card it fits."""
+    cfg = config(model)
+    print(f"{model}: peak memory per GPU (the larger of sampling and training) and the smallest of "
+          f"{', '.join(f'{c} GB' for c in CARDS)} that holds it")
+    print(f"  {'setting':<26}{'GPUs':>5}{'--gen-batch':>12}{'--micro-batch':>14}{'states':>9}{'sampling':>10}"
+          f"{'training':>10}  card")
+    for label, gpus, gb, mb, r in SETTINGS:
+        x = plan(cfg, gpus, gb, mb, lora_r=r)
+        c = card(x["peak"])
+        print(f"  {label:<26}{gpus:>5}{gb:>12}{mb:>14}{x['states'] / 1e9:>8.1f}G{x['sampling_peak'] / 1e9:>9.1f}G"
+              f"{x['training_peak'] / 1e9:>9.1f}G  {f'{c} GB' if c else 'none'}")
 
 
 def main(argv=None):
@@ -99,7 +150,10 @@ def main(argv=None):
     p.add_argument("--gen-batch", type=int, nargs="+", default=[32, 64], help="rows sampled together, one per --gpus")
     p.add_argument("--micro-batch", type=int, default=8, help="rollouts per forward/backward")
     p.add_argument("--mfu", type=float, default=MFU)
+    p.add_argument("--cards", action="store_true", help="memory per GPU with and without LoRA against CARDS instead")
     a = p.parse_args(argv)
+    if a.cards:
+        return cards(a.model)
     cfg = config(a.model)
     for gpus, gb in zip(a.gpus, a.gen_batch):
         r = plan(cfg, gpus, gb, a.micro_batch, mfu=a.mfu)
