@@ -115,6 +115,7 @@ PRESETS = {
     "lr": (1e-4, 1e-6),
     "steps": (60, None),              # None: --epochs x prompts // --prompts-per-step
     "max_tokens": (384, 8192),
+    "gen_batch": (GEN_BATCH, 32),     # paper 32: scripts/plan.py's GEN_BATCH, what one 80 GB GPU fits (docs/memory.md)
     "eval_limit": (None, None),
     "eval_every": (0, 50),
     "dtype": ("float32", "bfloat16"),
@@ -187,7 +188,7 @@ def get_args(argv=None):
     g.add_argument("--grad-clip", type=num, default=1.0)
     g.add_argument("--temperature", type=num, default=TEMPERATURE, help="rollout sampling temperature")
     g.add_argument("--max-tokens", type=int, default=None, help="response tokens per trajectory, observations included")
-    g.add_argument("--gen-batch", type=int, default=GEN_BATCH,
+    g.add_argument("--gen-batch", type=int, default=None,
                    help="rollouts sampled together through all their turns; a multiple of G prefills each prompt once")
     g.add_argument("--old-logprobs", choices=["sample", "recompute"], default=None,
                    help="log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass "
