@@ -25,7 +25,7 @@ top-p or repetition penalty, whatever the model's generation_config says); 0 is 
                 limits: lib/sampler.py; no sliding-window layers).
     "compiled"  lib.sampler.sample with each one-id decoding step run through torch.compile
                 (lib/compiled.py: a Qwen2's layers as one pure function of the cache, compiled
-                once per process, tens of seconds on a CPU; not for hooked models).
+                once per process, tens of seconds on a CPU; not for hooked models, so not under torchrun).
 
 Greedy, they give identical ids and log-probs equal within 1e-5 in float32
 (tests/test_rollout.py, tests/test_compiled.py). At temperature > 0 the reference need not draw
