@@ -68,7 +68,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from segment import CLOSE, OPEN, Call, segment_masks, strip_think
 
@@ -205,20 +205,23 @@ class TurnEnd(StoppingCriteria):
         return torch.tensor([n is not None for n in self.n], device=input_ids.device)  # (B,)
 
 
-class Chosen:
-    """`generate`'s log-probs of the sampled ids, as a forward hook on the model (with_kwargs):
-    each forward's last-position logits become log_softmax in float32 (B, V), kept until the next
-    forward, whose input ids end with the id just sampled: its log-prob is taken (`lps`, one (B,)
-    per step) and the step's (B, V) dropped. After generate, `take(the last ids)` ends it. What
-    output_logits would return, at the sampled ids, before any logits processor; one step's
-    vocabulary kept at a time instead of every step's."""
+class Chosen(LogitsProcessor):
+    """`generate`'s log-probs of the sampled ids, as a logits processor: each step's logits (float32,
+    (B, V), before the sampling's temperature) become log_softmax, kept until the next step, whose
+    input ids end with the id just sampled: its log-prob is kept (`lps`, one (B,) per step) and
+    the step's (B, V) dropped. After generate, `take(the last ids)` ends it. What output_logits
+    would give at the sampled ids, with one step's vocabulary kept at a time instead of every
+    step's. generate runs its own processors first and appends the temperature after ours; with
+    the flags `generate` below passes it runs none of the first kind (a generation_config that
+    set, say, min_new_tokens would bend the draws and these log-probs alike)."""
 
     def __init__(self):
         self.logp, self.lps = None, []
 
-    def __call__(self, module, args, kwargs, out):
-        self.take(kwargs["input_ids"][:, -1])
-        self.logp = out.logits[:, -1].float().log_softmax(-1)                # (B, V)
+    def __call__(self, input_ids, scores):
+        self.take(input_ids[:, -1])
+        self.logp = scores.log_softmax(-1)                                  # (B, V) float32
+        return scores
 
     def take(self, ids):
         """Keep the pending step's log-probs at `ids` (B,), then drop its (B, V)."""
@@ -252,13 +255,9 @@ def generate(model, past, pending, budgets, temperature, stops, ended, pad_id):
     sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 \
         else dict(do_sample=False)
     chosen = Chosen()
-    hook = model.register_forward_hook(chosen, with_kwargs=True)
-    try:
-        seq = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max(end.budgets), eos_token_id=stops,
-                             pad_token_id=pad_id, stopping_criteria=StoppingCriteriaList([end]),
-                             repetition_penalty=1.0, return_dict_in_generate=False, **sampling)
-    finally:
-        hook.remove()
+    seq = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max(end.budgets), eos_token_id=stops,
+                         pad_token_id=pad_id, stopping_criteria=StoppingCriteriaList([end]), repetition_penalty=1.0,
+                         logits_processor=LogitsProcessorList([chosen]), return_dict_in_generate=False, **sampling)
     new = seq[:, L:]                                                        # (B, T) finished rows padded
     chosen.take(new[:, -1])
     lp = torch.stack(chosen.lps[:new.shape[1]], 1)                          # (B, T) log π(id) at T=1
