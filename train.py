@@ -296,7 +296,7 @@ def check_args(p, a):
         p.error("--prompts-per-step must be a multiple of --mini-batch")
     if a.mini_batch % int(os.environ.get("WORLD_SIZE", "1")):
         p.error("--mini-batch must be a multiple of the number of processes (each takes an equal share)")
-    if a.sampler == "compiled" and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # lib/compiled.py reads weights, not hooks
+    if a.sampler == "compiled" and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # its step reads weights, skips hooks
         p.error("--sampler compiled does not run under torchrun (it skips FSDP2's forward hooks): use --sampler cached")
     if a.sft_weight_decay < 0:
         p.error("--sft-weight-decay must be >= 0")

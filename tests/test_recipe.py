@@ -216,7 +216,8 @@ def test_paper_preset_gen_batch_is_the_plans(paper):
     a = paper()
     assert a.gen_batch == P.GEN_BATCH and a.gen_batch % a.group_size == 0
     cfg = P.config("3B")
-    peak = {rows: P.plan(cfg, 1, rows, a.micro_batch)["sampling_peak"] for rows in (a.gen_batch, a.gen_batch + a.group_size)}
+    rows = (a.gen_batch, a.gen_batch + a.group_size)
+    peak = {n: P.plan(cfg, 1, n, a.micro_batch)["sampling_peak"] for n in rows}
     assert peak[a.gen_batch] <= 80e9 * (1 - P.FREE) < peak[a.gen_batch + a.group_size], peak
     assert train.get_args([]).gen_batch == 64 and paper("--gen-batch", "64").gen_batch == 64  # the demo's; a flag wins
 
