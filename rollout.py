@@ -25,7 +25,7 @@ top-p or repetition penalty, whatever the model's generation_config says); 0 is 
                 limits: lib/sampler.py; no sliding-window layers).
     "compiled"  lib.sampler.sample with each one-id decoding step run through torch.compile
                 (lib/compiled.py: a Qwen2's layers as one pure function of the cache, compiled
-                once per process, tens of seconds on a CPU; not for hooked models).
+                once per process, tens of seconds on a CPU; not for hooked models, so not under torchrun).
 
 Greedy, they give identical ids and log-probs equal within 1e-5 in float32
 (tests/test_rollout.py, tests/test_compiled.py). At temperature > 0 the reference need not draw
@@ -68,7 +68,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from segment import CLOSE, OPEN, Call, segment_masks, strip_think
 
@@ -205,6 +205,31 @@ class TurnEnd(StoppingCriteria):
         return torch.tensor([n is not None for n in self.n], device=input_ids.device)  # (B,)
 
 
+class Chosen(LogitsProcessor):
+    """`generate`'s log-probs of the sampled ids, as a logits processor: each step's logits (float32,
+    (B, V), before the sampling's temperature) become log_softmax, kept until the next step, whose
+    input ids end with the id just sampled: its log-prob is kept (`lps`, one (B,) per step) and
+    the step's (B, V) dropped. After generate, `take(the last ids)` ends it. What output_logits
+    would give at the sampled ids, with one step's vocabulary kept at a time instead of every
+    step's. generate runs its own processors first and appends the temperature after ours; with
+    the flags `generate` below passes it runs none of the first kind (a generation_config that
+    set, say, min_new_tokens would bend the draws and these log-probs alike)."""
+
+    def __init__(self):
+        self.logp, self.lps = None, []
+
+    def __call__(self, input_ids, scores):
+        self.take(input_ids[:, -1])
+        self.logp = scores.log_softmax(-1)                                  # (B, V) float32
+        return scores
+
+    def take(self, ids):
+        """Keep the pending step's log-probs at `ids` (B,), then drop its (B, V)."""
+        if self.logp is not None:
+            self.lps.append(self.logp.gather(-1, ids[:, None])[:, 0])       # (B,)
+        self.logp = None
+
+
 @torch.no_grad()
 def generate(model, past, pending, budgets, temperature, stops, ended, pad_id):
     """One assistant turn for each row with Hugging Face `model.generate`: lib.sampler.sample's
@@ -214,9 +239,9 @@ def generate(model, past, pending, budgets, temperature, stops, ended, pad_id):
 
     One left-padded `generate` over every row's whole conversation: each turn prefills it again,
     the G rows of a prompt prefill it G times, and a finished row decodes padding until the last
-    row ends. The log-probs are the raw logits' (`output_logits`) at the sampled ids; generate
-    keeps them for every step, B x T x vocab float32 per turn: 0.2 GB for the demo's 64 rows x
-    384 ids x 2,048, but 39 GB for 64 rows x 1,000 ids of Qwen2.5's 151,936 (lower --gen-batch).
+    row ends. The log-probs are the raw logits' at the sampled ids (`Chosen`: one step's logits
+    kept at a time, never generate's `output_logits`, B x T x vocab float32 per turn: 39 GB for 64
+    rows x 1,000 ids of Qwen2.5's 151,936 ids; docs/memory.md).
     """
     out = [([], [], kv) for kv in past]
     todo = [b for b in range(len(past)) if budgets[b] >= 1]
@@ -229,12 +254,13 @@ def generate(model, past, pending, budgets, temperature, stops, ended, pad_id):
     end = TurnEnd(L, [budgets[b] for b in todo], stops, ended)
     sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 \
         else dict(do_sample=False)
-    gen = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max(end.budgets), eos_token_id=stops,
+    chosen = Chosen()
+    seq = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max(end.budgets), eos_token_id=stops,
                          pad_token_id=pad_id, stopping_criteria=StoppingCriteriaList([end]), repetition_penalty=1.0,
-                         output_logits=True, return_dict_in_generate=True, **sampling)
-    new = gen.sequences[:, L:]                                              # (B, T) finished rows padded
-    lp = torch.stack([x.float().log_softmax(-1).gather(-1, new[:, t, None])[:, 0]
-                      for t, x in enumerate(gen.logits)], 1)                # (B, T) log π(id) at T=1
+                         logits_processor=LogitsProcessorList([chosen]), return_dict_in_generate=False, **sampling)
+    new = seq[:, L:]                                                        # (B, T) finished rows padded
+    chosen.take(new[:, -1])
+    lp = torch.stack(chosen.lps[:new.shape[1]], 1)                          # (B, T) log π(id) at T=1
     for j, (b, row, lps) in enumerate(zip(todo, new.tolist(), lp.tolist())):
         n = end.n[j] or len(row)
         out[b] = (row[:n], lps[:n], seqs[j] + row[:n - 1])

@@ -128,7 +128,8 @@ PRESETS = {
     "lr": (1e-4, 1e-6),
     "steps": (60, None),              # None: --epochs x prompts // --prompts-per-step
     "max_tokens": (384, 8192),
-    "eval_limit": (None, 500),        # paper: 500 of the 4,000 eval prompts per eval (README "Evaluation" says the cost)
+    "gen_batch": (GEN_BATCH, 32),     # paper 32: scripts/plan.py's GEN_BATCH, what one 80 GB GPU fits (docs/memory.md)
+    "eval_limit": (None, 500),        # paper: 500 of the 4,000 eval prompts (README "The cost of evaluating")
     "eval_every": (0, 50),
     "dtype": ("float32", "bfloat16"),
     "grad_ckpt": (False, True),
@@ -211,7 +212,7 @@ def get_args(argv=None):
     g.add_argument("--grad-clip", type=num, default=1.0)
     g.add_argument("--temperature", type=num, default=TEMPERATURE, help="rollout sampling temperature")
     g.add_argument("--max-tokens", type=int, default=None, help="response tokens per trajectory, observations included")
-    g.add_argument("--gen-batch", type=int, default=GEN_BATCH,
+    g.add_argument("--gen-batch", type=int, default=None,
                    help="rollouts sampled together through all their turns; a multiple of G prefills each prompt once")
     g.add_argument("--old-logprobs", choices=["sample", "recompute"], default=None,
                    help="log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass "
@@ -326,6 +327,8 @@ def check_args(p, a):
         p.error("--prompts-per-step must be a multiple of --mini-batch")
     if a.mini_batch % int(os.environ.get("WORLD_SIZE", "1")):
         p.error("--mini-batch must be a multiple of the number of processes (each takes an equal share)")
+    if a.sampler == "compiled" and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # its step reads weights, skips hooks
+        p.error("--sampler compiled does not run under torchrun (it skips FSDP2's forward hooks): use --sampler cached")
     if a.sft_weight_decay < 0:
         p.error("--sft-weight-decay must be >= 0")
     if a.turn_credit < 0:

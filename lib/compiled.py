@@ -21,7 +21,8 @@ on-disk cache holds it: TORCHINDUCTOR_CACHE_DIR); scripts/decode.py counts that 
 
 What it computes, per layer of a Qwen2 (Qwen2ForCausalLM only, with its own forward: a model
 with forward hooks or a forward of its own is refused, since `step` reads its weights and
-would skip them): the layer's own modules (norms, projections, MLP, rotary embedding), with
+would skip them; FSDP2 shards through such hooks, so train.py refuses this sampler under
+torchrun, at start): the layer's own modules (norms, projections, MLP, rotary embedding), with
 attention as one softmax in float32 over the cache columns (plus the mask's bias) and the new
 id, taken as two blocks under one max (no concatenated copy of the cache). Greedy ids equal
 `--sampler cached`'s and log-probs agree within 1e-5 in float32 (tests/test_rollout_sample.py

@@ -10,14 +10,16 @@ the middle, between the cache and the new ids): a 2D attention mask over cache +
 the padding and position ids are cumsum(mask) - 1, so every row computes what it would alone.
 
 Why it is faster than `model.generate` turn by turn (rollout.generate, the reference):
-- the G rollouts of a prompt prefill it once and copy its KV cache (generate prefills it G times);
+- the G rollouts of a prompt prefill it once and copy its KV cache (generate prefills it G times;
+  the copies are not shared: docs/memory.md says why and what they cost);
 - a row continues across turns from its cache: a new turn feeds only what is not in the cache
   yet, never the conversation again (generate re-reads the whole conversation every turn);
 - the batch cache has preallocated columns (`Slots`, ROOM more whenever full) written in place:
   decoding an id copies nothing but its own keys and values;
-- a row that stops leaves the batch at once (its cache rows are cut out and kept; a live row
-  moves into its slot), so no compute goes to finished rows (generate decodes padding for them
-  until the batch's last row stops).
+- a row that stops leaves the batch at once (its cache rows are cut out and kept, and each
+  layer's buffer is reallocated for the live rows, layer by layer, so a turn's caches are never
+  held twice: docs/memory.md), so no compute goes to finished rows (generate decodes padding for
+  them until the batch's last row stops).
 
 Sampling: temperature 1 samples from the softmax of the raw logits (no top-k, top-p or
 repetition penalty), temperature 0 is greedy. Every sampled id comes with its log-prob under
@@ -45,7 +47,7 @@ ROOM = 256  # KV columns allocated at a time for the ids a batch samples (a full
 class Slots(DynamicLayer):
     """One layer's KV cache in preallocated columns: buffers (B, H, cap, D) that `update` writes in
     place, so decoding an id copies nothing but its own keys and values; `keys` and `values` are
-    views of the first n columns (what attention reads). Only `resize` allocates."""
+    views of the first n columns (what attention reads). Only `keep` and `grow` allocate."""
 
     def __init__(self, cap):
         super().__init__()
@@ -69,18 +71,17 @@ class Slots(DynamicLayer):
         self.n, self.keys, self.values = n, self.k[:, :, :n], self.v[:, :, :n]
         return self.keys, self.values
 
-    def resize(self, rows, cap):
-        """Keep the batch rows `rows` (an index, or slice(None) for all) in new buffers of cap >= n columns."""
-        k, v = self.keys[rows], self.values[rows]                               # (b, H, n, D)
+    def grow(self, cap):
+        """Move the cache into new buffers of cap >= n columns."""
+        k, v = self.keys, self.values                                           # (B, H, n, D) views
         self.cap, self.n = cap, 0
         self.lazy_initialization(k, v)
         self.update(k, v)
 
-    def move(self, src, dst, b):
-        """Copy rows `src` into rows `dst` (lists), then keep the first b rows, in place."""
-        if src:
-            self.k[dst, :, :self.n], self.v[dst, :, :self.n] = self.k[src, :, :self.n], self.v[src, :, :self.n]
-        self.k, self.v = self.k[:b], self.v[:b]
+    def keep(self, rows):
+        """Keep the batch rows `rows` (an index; a repeated index copies a row) in new buffers of
+        the same columns; the old ones are freed."""
+        self.k, self.v = self.k[rows], self.v[rows]                             # (b, H, cap, D)
         self.fill(self.n)
 
 
@@ -115,13 +116,6 @@ def forward(model, feed, pos, mask, cache):
                  use_cache=True).logits[:, -1]
 
 
-def row_cache(cache, mask, j):
-    """Row j of a batched cache without its padding columns: per layer (keys, values), each (H, n, D).
-    `mask` (B, C) covers the cache's C columns."""
-    keep = mask[j].bool()                                                  # (C,)
-    return [(layer.keys[j][:, keep], layer.values[j][:, keep]) for layer in cache.layers]
-
-
 @torch.no_grad()
 def sample(model, kvs, pending, budgets, temperature, stops, ended=None, decode=forward):
     """One assistant turn for each row, decoded from its KV cache.
@@ -137,11 +131,13 @@ def sample(model, kvs, pending, budgets, temperature, stops, ended=None, decode=
     with budget < 1 samples nothing and gets its cache back.
 
     The batch cache has preallocated columns (`Slots`; ROOM more whenever it is full), written in
-    place. A row that stops is copied out of it and leaves the batch at once: a live row from the
-    end of the batch moves into its slot (one row copied, nothing allocated). The rows are
-    sampled in row order, whatever their slots, so the random draws are those of a batch holding
-    the live rows in order. Long because the prefill, the decoding loop and the slot moves all
-    work on one batch cache, its mask and the slot-to-row map (about 90 lines, one function).
+    place. Rows that stop are copied out of it and leave the batch at once: layer by layer, their
+    rows are copied out, then the layer keeps the live rows only (`Slots.keep`, the old buffer
+    freed), so what the stopped rows keep and the batch buffer never hold a row twice (but for the
+    layer being copied). The rows are sampled in row order, whatever their slots, so the random
+    draws are those of a batch holding the live rows in order. Long because the prefill, the
+    decoding loop and the rows leaving all work on one batch cache, its mask and the slot-to-row
+    map (about 90 lines, one function).
     """
     device = model.device
     stops = torch.tensor(stops, device=device)
@@ -175,7 +171,7 @@ def sample(model, kvs, pending, budgets, temperature, stops, ended=None, decode=
     mask, logits = mask[sel], logits[sel]                                 # (B, cap), (B, V)
     if len(uniq) < len(todo):
         for layer in cache.layers:
-            layer.resize(sel, C + room)
+            layer.keep(sel)
     rows = list(todo)                                                     # rows[j]: the row in batch slot j
     new, lps = {b: [] for b in todo}, {b: [] for b in todo}
     while True:
@@ -188,30 +184,33 @@ def sample(model, kvs, pending, budgets, temperature, stops, ended=None, decode=
             nxt = logp.argmax(-1)                                         # (b,)
         lp = logp.gather(-1, nxt[:, None])[:, 0]                          # (b,)
         stop = torch.isin(nxt, stops)                                     # (b,)
-        done = set()
+        done = []
         for j, t, x, s in zip(order, nxt.tolist(), lp.tolist(), stop.tolist()):
             b = rows[j]
             new[b].append(t)
             lps[b].append(x)
             if s or len(new[b]) >= budgets[b] or (ended is not None and ended(new[b])):
-                out[b] = (new[b], lps[b], row_cache(cache, mask[:, :C], j))
-                done.add(j)
-        live = len(rows) - len(done)
-        if not live:
-            return out
-        if done:  # stopped rows leave: the live rows past the first `live` slots move into their slots
-            dst = sorted(j for j in done if j < live)
-            src = [j for j in range(live, len(rows)) if j not in done]    # as many
-            for layer in cache.layers:
-                layer.move(src, dst, live)
-            mask[dst] = mask[src]
-            for d, j in zip(dst, src):
-                rows[d] = rows[j]
-            mask, rows = mask[:live], rows[:live]
+                done.append(j)
+        if done:  # stopped rows leave: layer by layer, their caches are copied out, then the live rows kept
+            live = [j for j in range(len(rows)) if j not in done]
+            keep = mask[:, :C].bool()                                     # (b, C) each row's own columns
+            kv = {j: [] for j in done}
+            for i, layer in enumerate(cache.layers):
+                for j in done:
+                    kv[j].append((layer.keys[j][:, keep[j]], layer.values[j][:, keep[j]]))  # (H, n, D) each
+                if live:
+                    layer.keep(torch.tensor(live, device=device))
+                else:  # the turn is over: each layer freed once its rows are out
+                    cache.layers[i] = None
+            for j in done:
+                out[rows[j]] = (new[rows[j]], lps[rows[j]], kv[j])
+            if not live:
+                return out
+            mask, rows = mask[live], [rows[j] for j in live]
         if C == mask.shape[1]:  # the cache is full: room for ROOM more ids (at most what the rows can still feed)
             room = min(max(budgets[b] - len(new[b]) for b in rows), ROOM)
             for layer in cache.layers:
-                layer.resize(slice(None), C + room)
+                layer.grow(C + room)
             mask = torch.cat([mask, mask.new_zeros(len(rows), room)], -1) # (b, C + room)
         feed = torch.tensor([new[b][-1] for b in rows], device=device)    # (b,) each row's last id
         mask[:, C] = 1

@@ -51,6 +51,10 @@ MFU = 0.40             # assumed for the training and log-prob passes
 PROMPT, RESPONSE = 2048, 8192  # tokens: an assumed prompt, and the response cap of the paper's recipe
 ROLLOUTS, PROMPTS = 2048, 128  # per step: 128 prompts x G = 16
 STEPS_PER_EPOCH = 31_818 // 128  # the release's RL split
+FREE = 0.10            # of a card, left to what is not counted here (CUDA context, fragmentation, the sampler's
+                       # transients): vLLM's default gpu_memory_utilization is 0.9
+GEN_BATCH = 32         # --gen-batch of the paper preset: the most rows, a multiple of G, whose sampling peak on one
+                       # 80 GB GPU leaves FREE (tests/test_recipe.py)
 
 
 def config(name):
@@ -147,7 +151,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=sorted(SHAPES), default="3B")
     p.add_argument("--gpus", type=int, nargs="+", default=[1, 8])
-    p.add_argument("--gen-batch", type=int, nargs="+", default=[32, 64], help="rows sampled together, one per --gpus")
+    p.add_argument("--gen-batch", type=int, nargs="+", default=[GEN_BATCH, 64],
+                   help="rows sampled together, one per --gpus")
     p.add_argument("--micro-batch", type=int, default=8, help="rollouts per forward/backward")
     p.add_argument("--mfu", type=float, default=MFU)
     p.add_argument("--cards", action="store_true", help="memory per GPU with and without LoRA against CARDS instead")

@@ -1,6 +1,6 @@
 """lib/compiled.py compiled (`--sampler compiled`): the same ids and log-probs as `--sampler
 cached` and the reference, one graph for every step (rows leaving the batch down to the last
-one, the cache growing), and hooked models refused. The step itself, uncompiled, is tested
+one, the cache growing), and hooked models refused (under torchrun: at start). The step itself, uncompiled, is tested
 against a cacheless reference in tests/test_rollout_sample.py. The first test compiles the
 test model's step once (seconds to a minute on a CPU)."""
 import pytest
@@ -56,3 +56,16 @@ def test_a_hooked_model_is_refused():
         sample(model, [None] * 2, seqs, [4, 4], 0.0, [], decode=compiled.decode)
     with pytest.raises(ValueError, match="forward"):  # rollout's "compiled" is this step
         rollout(model, tok, world(2), EchoSim(), sampler="compiled")
+
+
+def test_torchrun_with_the_compiled_sampler_is_refused_at_start(monkeypatch, capsys):
+    """FSDP2 shards through forward hooks, which the compiled step would skip: under torchrun
+    (WORLD_SIZE > 1) train.py refuses it in one line naming the flag, before anything runs."""
+    import train
+    assert train.get_args(["--sampler", "compiled"]).sampler == "compiled"  # one process: runs
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert train.get_args(["--sampler", "cached"]).sampler == "cached"
+    with pytest.raises(SystemExit) as e:
+        train.get_args(["--sampler", "compiled"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and "--sampler compiled does not run under torchrun" in err

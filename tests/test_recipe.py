@@ -208,6 +208,19 @@ def test_plan_counts_the_passes_of_a_step():
     assert r["states"] == n * 18 / 2 and r["kv_per_token"] == 2 * 3 * 32 * 2
 
 
+
+def test_paper_preset_gen_batch_is_the_plans(paper):
+    """The paper preset samples scripts/plan.py's rows: on one 80 GB GPU their sampling peak leaves
+    plan.FREE of the card, the next multiple of G's does not (docs/memory.md)."""
+    from scripts import plan as P
+    a = paper()
+    assert a.gen_batch == P.GEN_BATCH and a.gen_batch % a.group_size == 0
+    cfg = P.config("3B")
+    rows = (a.gen_batch, a.gen_batch + a.group_size)
+    peak = {n: P.plan(cfg, 1, n, a.micro_batch)["sampling_peak"] for n in rows}
+    assert peak[a.gen_batch] <= 80e9 * (1 - P.FREE) < peak[a.gen_batch + a.group_size], peak
+    assert train.get_args([]).gen_batch == 64 and paper("--gen-batch", "64").gen_batch == 64  # the demo's; a flag wins
+
 def release_final_regex(text):
     """The released reward's _extract_final_response, as it is written there."""
     think = re.compile(r"<think(?:ing)?>(.*?)</think(?:ing)?>", re.DOTALL)
