@@ -85,7 +85,7 @@ from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.model import load_policy
 from lib.optim import optimizer_step
 from lib.parallel import (all_sum, autocast, barrier, check_folder, deterministic, gather, gathered,
-                          load_state, lock, open_run, rank_prompts, read_json, resume_point, save_checkpoint,
+                          lock, open_run, rank_prompts, read_json, resume_point, save_checkpoint,
                           save_final, set_rng_state, setup_dist, shard, stop_if_asked, stop_requests, world, writing)
 from lib.sft import SFTConfig, warm_start
 from lib.text import set_json_depth, take_unencodable
@@ -587,10 +587,9 @@ def rl_state(a, model, opt, rank, logs, n_tasks, sft_dir):
     order = data_order(n_tasks, a.epochs, a.seed)
     random.seed(a.seed + 1)  # RL starts from the same RNG state whether SFT ran now or in an earlier process
     torch.manual_seed(a.seed + 1)
-    start, found = 0, resume_point(a.out, model, vars(a), rank) if a.resume else None
-    if found:
+    start, found = 0, resume_point(a.out, model, opt, vars(a), rank) if a.resume else None
+    if found:                                            # model and opt hold its state
         folder, state, rng = found
-        load_state(model, opt, state["model"], state["optimizer"])
         set_rng_state(rng)
         start, order = state["step"], state["order"]
         logs.rewind(state.get("logs"))

@@ -7,9 +7,16 @@
    metrics line per step; the final weights are saved and finite; and the first update equals
    a one-process update on the same rollouts. In float32 and with bf16 + gradient
    checkpointing, the latter killed (torchrun, with SIGKILL) after its first checkpoint and resumed.
+3. Sharded checkpoints (each rank writes its own shard with torch.distributed.checkpoint): a
+   float32 run killed after checkpoint 1 and resumed ends with the bits of an uninterrupted one,
+   and a damaged shard falls back to the checkpoint before it, again ending with those bits.
+   Bit-identical because nothing differs between the runs: each rank runs one thread in torch's
+   deterministic mode, gloo's sums over 2 ranks add two numbers (the same bits in either order),
+   the shards hold the float32 weights and AdamW moments exactly and every rank's RNG is restored.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +29,7 @@ import dist_update
 from lib import logprobs
 import train
 from helpers import tiny_model
+from runs import same
 from lib.model import load_policy
 from lib.parallel import autocast
 
@@ -150,3 +158,50 @@ def test_torchrun_train_py_bf16_grad_ckpt_killed_then_resumed(tmp_path):
     assert "resumed from" in p.stdout and "step-1" in p.stdout
     assert rl_steps(out) == [0, 1]
     assert finite_final(out)
+
+
+THREE = [*DEMO[:DEMO.index("--steps")], "--steps", "3", *DEMO[DEMO.index("--steps") + 2:]]  # checkpoints step-1, step-2
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """An uninterrupted float32 run of 3 RL steps under torchrun: (its folder, its final weights)."""
+    out = tmp_path_factory.mktemp("sharded") / "straight"
+    p = torchrun("tests/dist_train.py", "--out", str(out), *THREE)
+    assert p.returncode == 0, tail(p)
+    return out, load_file(out / "final" / "model.safetensors")
+
+
+@pytest.mark.slow
+def test_torchrun_checkpoints_are_shards_and_a_killed_run_resumes_bit_exact(straight, tmp_path):
+    ref, want = straight
+    step = ref / "ckpt" / "step-2"
+    assert sorted(os.listdir(step)) == ["config.json", "rng-0.pt", "rng-1.pt", "shards", "state.pt"]
+    assert sorted(os.listdir(step / "shards")) == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # a file per rank
+    state = torch.load(step / "state.pt", weights_only=True)
+    assert state["step"] == 2 and state["world"] == 2 and "model" not in state and "optimizer" not in state
+    out = tmp_path / "run"
+    p = torchrun("tests/dist_train.py", "--out", str(out), *THREE, DIST_KILL_AFTER="1")
+    assert p.returncode == -signal.SIGKILL, tail(p)
+    assert os.listdir(out / "ckpt") == ["step-1"] and not os.path.exists(out / "final") and rl_steps(out) == [0]
+    p = torchrun("tests/dist_train.py", "--out", str(out), *THREE, "--resume")
+    assert p.returncode == 0, tail(p)
+    assert f"resumed from {out / 'ckpt' / 'step-1'}: RL step 1" in p.stdout
+    assert rl_steps(out) == [0, 1, 2]
+    assert same(load_file(out / "final" / "model.safetensors"), want)
+
+
+@pytest.mark.slow
+def test_torchrun_a_damaged_shard_falls_back_to_the_checkpoint_before(straight, tmp_path):
+    ref, want = straight
+    out = tmp_path / "run"
+    shutil.copytree(ref, out)
+    shutil.rmtree(out / "final")                                             # as a kill after step-2 leaves it
+    shard = out / "ckpt" / "step-2" / "shards" / "__1_0.distcp"             # rank 1's: read by rank 1 only
+    shard.write_bytes(bytes(range(256)) * (shard.stat().st_size // 256 + 1))
+    p = torchrun("tests/dist_train.py", "--out", str(out), *THREE, "--resume")
+    assert p.returncode == 0, tail(p)
+    assert f"--resume: skipping {out / 'ckpt' / 'step-2'}: {shard} cannot be read back" in p.stdout, tail(p)
+    assert f"resumed from {out / 'ckpt' / 'step-1'}: RL step 1" in p.stdout
+    assert rl_steps(out) == [0, 1, 2]
+    assert same(load_file(out / "final" / "model.safetensors"), want)
