@@ -23,13 +23,15 @@ the path, removing the half-written temporary folder; nothing written earlier is
 turns SIGTERM and SIGINT into a request that the run stops at its next step boundary
 (`stop_if_asked`, agreed over ranks, checkpoints there and exits with 128 + the signal).
 
-Checkpoints: ckpt/step-N/ is written to ckpt/.tmp-step-N and renamed, so a folder that
-exists is complete; it holds the whole model and optimizer state (gathered to rank 0), every
-rank's RNG state, the next step, the data order, the byte length of each log file, and the
-config. `check_resume` refuses a resumed run whose config differs, naming the keys;
-`resume_point` takes the newest checkpoint that reads back (files loaded with weights_only),
-skips a damaged one saying which and why, and stops with one line on one of another config,
-model shape or process count.
+Checkpoints: ckpt/step-N/ is written to ckpt/.tmp-step-N and renamed (by rank 0, after every
+rank has written), so a folder that exists is complete; it holds the model and optimizer state
+(in state.pt in one process; under torchrun one shard per rank in shards/, written and read by
+torch.distributed.checkpoint, nothing gathered), every rank's RNG state, the next step, the data
+order, the byte length of each log file, and the config. `check_resume` refuses a resumed run
+whose config differs, naming the keys; `resume_point` loads the newest checkpoint that reads
+back (files loaded with weights_only, the shards' metadata through an allowlist), skips a
+damaged one saying which and why, and stops with one line on one of another config, model
+shape or process count.
 """
 import ctypes
 import dataclasses
