@@ -50,8 +50,9 @@ rank 0 alone prints and writes.
 Outputs in --out: config.json, metrics.jsonl (one line per SFT and RL step), rollouts.jsonl
 (every rollout), eval.jsonl (the before/after-RL rows: eval.evaluate, which `python eval.py
 toucan --model <out>/final` reruns with this config), sft/, ckpt/step-N/ (the last --keep
-checkpoints: weights, optimizer, RNG states, data order and position, log lengths, config) and
-final/ (a Hugging Face folder). A non-empty --out needs --resume (continue from the newest
+checkpoints: weights, optimizer, RNG states, data order and position, log lengths, config; under
+torchrun the weights and optimizer as one shard per rank, ckpt/step-N/shards/), tensorboard/ or
+wandb/ (--report-to: the metrics and eval rows again) and final/ (a Hugging Face folder). A non-empty --out needs --resume (continue from the newest
 checkpoint that reads back, each log cut back to its length there; a finished run says so) or
 --overwrite. One run at a time holds --out. SIGTERM or SIGINT finishes the current RL step,
 checkpoints and exits with 128 + the signal (during SFT: abandons it; --resume redoes it); a
@@ -62,6 +63,7 @@ Log-probs (lib/logprobs.py) are computed on response tokens only, in chunks, and
 of a prompt compute it once in every log-prob pass.
 """
 import argparse
+import importlib.util
 import math
 import os
 import random
@@ -129,6 +131,7 @@ STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's st
 SCORE_KEYS = ("format", "name", "key", "value", "parallel", "process", "summary", "score", "omission",
               "r_tool", "r_sum", "tool_turns", "length")  # per-rollout scores averaged into each RL step's metrics
 LOGS = ("metrics", "rollouts", "eval")  # <out>/<name>.jsonl
+REPORT_TO = ("none", "tensorboard", "wandb")  # --report-to (lib/files.py Report)
 
 
 def num(text):
@@ -249,6 +252,10 @@ def get_args(argv=None):
     g.add_argument("--eval-every", type=int, default=None, help="RL steps between evals; 0 = before and after only")
     g.add_argument("--eval-limit", type=int, default=None, help="first N eval prompts")
     g.add_argument("--show", type=int, default=2, help="decoded rollouts printed per step")
+    g.add_argument("--report-to", choices=REPORT_TO, default=REPORT_TO[0],
+                   help="also send metrics.jsonl's and eval.jsonl's rows to TensorBoard (<out>/tensorboard) or W&B "
+                        "(offline, <out>/wandb; needs wandb installed): sft/<key> at the SFT step, rl/<key> at the "
+                        "RL step, eval/<split>/<key> at the RL step of the eval (lib/files.py scalars)")
     g.add_argument("--grad-cosine", action="store_true",
                    help="log the cosine between tool- and summary-segment gradients (2 extra backward passes)")
     for act in p._actions:  # show both presets in --help
@@ -306,6 +313,8 @@ def check_args(p, a):
         p.error("--hierr-weights must be >= 0")
     if a.resume and a.overwrite:
         p.error("--resume and --overwrite exclude each other")
+    if a.report_to == "wandb" and importlib.util.find_spec("wandb") is None:
+        p.error("--report-to wandb: wandb is not installed (pip install wandb)")
 
 
 def sft_config(a):
@@ -499,7 +508,7 @@ def run(a, rank, tasks, evals, convs, got):
     main_rank, final = rank == 0, os.path.join(a.out, "final")
     if not open_run(a.out, vars(a), a.resume, a.overwrite, main_rank):
         return
-    logs = Logs(a.out, LOGS, main_rank)
+    logs = Logs(a.out, LOGS, main_rank, a.report_to, vars(a))
     model, tok, tasks, evals, sft_dir, name = load_model(a, rank, tasks, evals, convs)
     sim, judge, clients = frozen_llms(a)
     rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals: the clean one
