@@ -313,8 +313,8 @@ def check_args(p, a):
         p.error("--hierr-weights must be >= 0")
     if a.resume and a.overwrite:
         p.error("--resume and --overwrite exclude each other")
-    if a.report_to == "wandb" and importlib.util.find_spec("wandb") is None:
-        p.error("--report-to wandb: wandb is not installed (pip install wandb)")
+    if a.report_to != "none" and importlib.util.find_spec(a.report_to) is None:  # the package is the module
+        p.error(f"--report-to {a.report_to}: {a.report_to} is not installed (pip install {a.report_to})")
 
 
 def sft_config(a):
