@@ -184,14 +184,14 @@ def test_torchrun_checkpoints_are_shards_and_a_killed_run_resumes_bit_exact(stra
     assert sorted(os.listdir(step / "shards")) == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # a file per rank
     state = torch.load(step / "state.pt", weights_only=True)
     assert state["step"] == 2 and state["world"] == 2 and "model" not in state and "optimizer" not in state
-    out = tmp_path / "run"
-    p = torchrun("tests/dist_train.py", "--out", str(out), *THREE, DIST_KILL_AFTER="1")
+    out, argv = tmp_path / "run", [*THREE, "--keep", "1"]                   # the weights are those of --keep 2
+    p = torchrun("tests/dist_train.py", "--out", str(out), *argv, DIST_KILL_AFTER="1")
     assert p.returncode == -signal.SIGKILL, tail(p)
     assert os.listdir(out / "ckpt") == ["step-1"] and not os.path.exists(out / "final") and rl_steps(out) == [0]
-    p = torchrun("tests/dist_train.py", "--out", str(out), *THREE, "--resume")
+    p = torchrun("tests/dist_train.py", "--out", str(out), *argv, "--resume")
     assert p.returncode == 0, tail(p)
     assert f"resumed from {out / 'ckpt' / 'step-1'}: RL step 1" in p.stdout
-    assert rl_steps(out) == [0, 1, 2]
+    assert rl_steps(out) == [0, 1, 2] and os.listdir(out / "ckpt") == ["step-2"]   # --keep 1: step-1 removed
     assert same(load_file(out / "final" / "model.safetensors"), want)
 
 
