@@ -52,9 +52,9 @@ Outputs in --out: config.json, metrics.jsonl (one line per SFT and RL step), rol
 toucan --model <out>/final` reruns with this config), sft/, ckpt/step-N/ (the last --keep
 checkpoints: weights, optimizer, RNG states, data order and position, log lengths, config; under
 torchrun the weights and optimizer as one shard per rank, ckpt/step-N/shards/), tensorboard/ or
-wandb/ (--report-to: the metrics and eval rows again) and final/ (a Hugging Face folder). A non-empty --out needs --resume (continue from the newest
-checkpoint that reads back, each log cut back to its length there; a finished run says so) or
---overwrite. One run at a time holds --out. SIGTERM or SIGINT finishes the current RL step,
+wandb/ (--report-to: the metrics and eval rows again) and final/ (a Hugging Face folder). A
+non-empty --out needs --resume (continue from the newest checkpoint that reads back, each log
+cut back to its length there; a finished run says so) or --overwrite. One run at a time holds --out. SIGTERM or SIGINT finishes the current RL step,
 checkpoints and exits with 128 + the signal (during SFT: abandons it; --resume redoes it); a
 damaged checkpoint falls back to the one before it; a failed write is one line naming the path.
 At one thread a run is bit-reproducible and a resumed run ends with the bits of an

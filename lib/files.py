@@ -115,7 +115,10 @@ class Report:
 
     def close(self):
         if self.run is not None:
-            self.run.close() if self.to == "tensorboard" else self.run.finish()
+            if self.to == "tensorboard":
+                self.run.close()
+            else:
+                self.run.finish()
             self.run = None
 
 
