@@ -58,10 +58,11 @@ rank 0 alone prints and writes.
 Outputs in --out: config.json, metrics.jsonl (one line per SFT and RL step), rollouts.jsonl
 (every rollout), eval.jsonl (the before/after-RL rows: eval.evaluate, which `python eval.py
 toucan --model <out>/final` reruns with this config), sft/, ckpt/step-N/ (the last --keep
-checkpoints: weights, optimizer, RNG states, data order and position, log lengths, config) and
-final/ (a Hugging Face folder). A non-empty --out needs --resume (continue from the newest
-checkpoint that reads back, each log cut back to its length there; a finished run says so) or
---overwrite. One run at a time holds --out. SIGTERM or SIGINT finishes the current RL step,
+checkpoints: weights, optimizer, RNG states, data order and position, log lengths, config; under
+torchrun the weights and optimizer as one shard per rank, ckpt/step-N/shards/), tensorboard/ or
+wandb/ (--report-to: the metrics and eval rows again) and final/ (a Hugging Face folder). A
+non-empty --out needs --resume (continue from the newest checkpoint that reads back, each log
+cut back to its length there; a finished run says so) or --overwrite. One run at a time holds --out. SIGTERM or SIGINT finishes the current RL step,
 checkpoints and exits with 128 + the signal (during SFT: abandons it; --resume redoes it); a
 damaged checkpoint falls back to the one before it; a failed write is one line naming the path.
 At one thread a run is bit-reproducible and a resumed run ends with the bits of an
@@ -74,6 +75,7 @@ Log-probs (lib/logprobs.py) are computed on response tokens only, in chunks, and
 of a prompt compute it once in every log-prob pass.
 """
 import argparse
+import importlib.util
 import math
 import os
 import random
@@ -98,7 +100,7 @@ from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.model import load_policy
 from lib.optim import optimizer_step
 from lib.parallel import (all_sum, autocast, barrier, check_folder, deterministic, gather, gathered,
-                          load_state, lock, open_run, rank_prompts, read_json, resume_point, save_checkpoint,
+                          lock, open_run, rank_prompts, read_json, resume_point, save_checkpoint,
                           save_final, set_rng_state, setup_dist, shard, stop_if_asked, stop_requests, world, writing)
 from lib.sft import SFTConfig, warm_start
 from lib.text import set_json_depth, take_unencodable
@@ -147,6 +149,7 @@ UNSCORED = 0.5   # --max-unscored: "most" RL rows, calls or summaries that canno
 BLIND_STEPS = 3  # RL steps in a row over --max-unscored before the run stops (as --max-bad-updates' default)
 FIX = {"sim": "serve a simulator and pass --sim-url URL --sim-model NAME (or --sim-model FOLDER, in-process)",
        "judge": "serve a judge and pass --judge-url URL --judge-model NAME (or --judge-model FOLDER, in-process)"}
+REPORT_TO = ("none", "tensorboard", "wandb")  # --report-to (lib/files.py Report)
 
 
 def num(text):
@@ -279,6 +282,10 @@ def get_args(argv=None):
     g.add_argument("--eval-every", type=int, default=None, help="RL steps between evals; 0 = before and after only")
     g.add_argument("--eval-limit", type=int, default=None, help="first N eval prompts")
     g.add_argument("--show", type=int, default=2, help="decoded rollouts printed per step")
+    g.add_argument("--report-to", choices=REPORT_TO, default=REPORT_TO[0],
+                   help="also send metrics.jsonl's and eval.jsonl's rows to TensorBoard (<out>/tensorboard) or W&B "
+                        "(offline, <out>/wandb; needs wandb installed): sft/<key> at the SFT step, rl/<key> at the "
+                        "RL step, eval/<split>/<key> at the RL step of the eval (lib/files.py scalars)")
     g.add_argument("--grad-cosine", action="store_true",
                    help="log the cosine between tool- and summary-segment gradients (2 extra backward passes)")
     for act in p._actions:  # show both presets in --help
@@ -351,6 +358,8 @@ def check_args(p, a):
     if not 0 <= a.lora_dropout < 1:
         p.error("--lora-dropout must be in [0, 1)")
     a.lora_alpha = 2.0 * a.lora_r if a.lora_alpha is None else a.lora_alpha
+    if a.report_to != "none" and importlib.util.find_spec(a.report_to) is None:  # the package is the module
+        p.error(f"--report-to {a.report_to}: {a.report_to} is not installed (pip install {a.report_to})")
 
 
 def sft_config(a):
@@ -581,7 +590,7 @@ def run(a, rank, tasks, evals, convs, frozen, got):
     main_rank, final = rank == 0, os.path.join(a.out, "final")
     if not open_run(a.out, vars(a), a.resume, a.overwrite, main_rank):
         return
-    logs = Logs(a.out, LOGS, main_rank)
+    logs = Logs(a.out, LOGS, main_rank, a.report_to, vars(a))
     model, tok, tasks, evals, sft_dir, name = load_model(a, rank, tasks, evals, convs)
     sim, judge, clients = frozen
     rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals: the clean one
@@ -705,10 +714,9 @@ def rl_state(a, model, opt, rank, logs, n_tasks, sft_dir):
     order = data_order(n_tasks, a.epochs, a.seed)
     random.seed(a.seed + 1)  # RL starts from the same RNG state whether SFT ran now or in an earlier process
     torch.manual_seed(a.seed + 1)
-    start, found = 0, resume_point(a.out, model, vars(a), rank) if a.resume else None
-    if found:
+    start, found = 0, resume_point(a.out, model, opt, vars(a), rank) if a.resume else None
+    if found:                                            # model and opt hold its state
         folder, state, rng = found
-        load_state(model, opt, state["model"], state["optimizer"])
         set_rng_state(rng)
         start, order = state["step"], state["order"]
         logs.rewind(state.get("logs"))

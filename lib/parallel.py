@@ -23,18 +23,22 @@ the path, removing the half-written temporary folder; nothing written earlier is
 turns SIGTERM and SIGINT into a request that the run stops at its next step boundary
 (`stop_if_asked`, agreed over ranks, checkpoints there and exits with 128 + the signal).
 
-Checkpoints: ckpt/step-N/ is written to ckpt/.tmp-step-N and renamed, so a folder that
-exists is complete; it holds the whole model and optimizer state (gathered to rank 0), every
-rank's RNG state, the next step, the data order, the byte length of each log file, and the
-config. `check_resume` refuses a resumed run whose config differs, naming the keys;
-`resume_point` takes the newest checkpoint that reads back (files loaded with weights_only),
-skips a damaged one saying which and why, and stops with one line on one of another config,
-model shape or process count.
+Checkpoints: ckpt/step-N/ is written to ckpt/.tmp-step-N and renamed (by rank 0, after every
+rank has written), so a folder that exists is complete; it holds the model and optimizer state
+(in state.pt in one process; under torchrun one shard per rank in shards/, written and read by
+torch.distributed.checkpoint, nothing gathered), every rank's RNG state, the next step, the data
+order, the byte length of each log file, and the config. `check_resume` refuses a resumed run
+whose config differs, naming the keys; `resume_point` loads the newest checkpoint that reads
+back (files loaded with weights_only, the shards' metadata through an allowlist), skips a
+damaged one saying which and why, and stops with one line on one of another config, model
+shape or process count.
 """
 import ctypes
+import dataclasses
 import fcntl
 import json
 import os
+import pickle
 import random
 import re
 import shutil
@@ -45,7 +49,10 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from safetensors import SafetensorError, safe_open
+from torch.distributed.checkpoint import CheckpointException, FileSystemReader
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 RESUME_FREE = {"resume", "overwrite", "show", "device", "out"}  # flags a resumed run may change (a run folder may move)
 
@@ -179,24 +186,12 @@ def model_state(model):
             if not isinstance(v, torch.nn.Parameter) or v.requires_grad}
 
 
-def full_state(model, opt=None):
-    """(model_state, optimizer state), whole, on CPU (gathered to rank 0 under FSDP)."""
+def full_state(model):
+    """model_state, whole, on CPU (gathered to rank 0 under FSDP; other ranks get {})."""
     if world() == 1:
-        return model_state(model), opt.state_dict() if opt is not None else None
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
-    o = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return get_model_state_dict(model, options=o), get_optimizer_state_dict(model, opt, options=o) if opt else None
-
-
-def load_state(model, opt, msd, osd):
-    if world() == 1:
-        model.load_state_dict(msd, strict=len(msd) == len(model.state_dict()))  # LoRA's: no frozen weights
-        opt.load_state_dict(osd)
-        return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
-    o = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    set_model_state_dict(model, msd, options=o)
-    set_optimizer_state_dict(model, opt, osd, options=o)
+        return model_state(model)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,12 +205,19 @@ class Unusable(Exception):
 
 def reason(e):
     """The OS's words for a failed write (torch's zip writer wraps them in a RuntimeError), else
-    the first line of the error."""
+    the first line of the error; of a sharded save or load (dcp), its first rank's error."""
+    if isinstance(e, CheckpointException):
+        return reason(failure(e))
     for x in (e, e.__cause__, e.__context__):
         if isinstance(x, OSError) and x.strerror:
             return x.strerror
     line = (str(e).splitlines() or [""])[0][:200]
     return f"{type(e).__name__}: {line}" if line else type(e).__name__
+
+
+def failure(e):
+    """The error of the first rank that failed a dcp.save or dcp.load (every rank gets them all)."""
+    return e.failures[min(e.failures)][0]
 
 
 @contextmanager
@@ -224,7 +226,7 @@ def writing(path, tmp=None):
     half-written folder `tmp` is removed; nothing written before is touched."""
     try:
         yield
-    except (OSError, RuntimeError, SafetensorError) as e:  # torch.save and safetensors report I/O this way
+    except (OSError, RuntimeError, SafetensorError, CheckpointException) as e:  # torch.save, safetensors, dcp.save
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
         raise SystemExit(f"cannot write {path}: {reason(e)}") from None
@@ -373,23 +375,34 @@ def save(obj, path):
 def save_checkpoint(model, opt, out, config, keep, step, order, rank, logs=None):
     """Weights, optimizer, every rank's RNG, the next step, the data order, `logs` (rank 0's
     byte length of each log file) and `config` (the run's flags, a dict), written to
-    out/ckpt/.tmp-step-N and renamed. Keeps the last `keep` checkpoints up to this step (a later one, skipped as damaged on resume, is replaced
-    when the run gets there)."""
+    out/ckpt/.tmp-step-N and renamed. One process: the weights and optimizer in state.pt. Under
+    torchrun: each rank writes its own shard of them to shards/ (dcp.save; tensors only) and
+    state.pt holds the optimizer's param_groups instead. Keeps the last `keep` checkpoints up to
+    this step (a later one, skipped as damaged on resume, is replaced when the run gets there)."""
     folder = os.path.join(out, "ckpt")
     tmp, final = os.path.join(folder, f".tmp-step-{step}"), os.path.join(folder, f"step-{step}")
-    msd, osd = full_state(model, opt)
+    state = {"step": step, "order": order, "world": world(), "logs": logs}
+    if world() == 1:
+        msd = state["model"] = model_state(model)
+        state["optimizer"] = opt.state_dict()
+    else:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        msd, osd = get_state_dict(model, opt)                     # this rank's shards (DTensors)
+        state["groups"] = osd["param_groups"]
+    check_finite(msd)
     if rank == 0:
-        check_finite(msd)
         with writing(tmp, tmp):
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
     barrier()
+    if world() > 1:
+        with writing(os.path.join(tmp, "shards"), tmp):
+            dcp.save({"model": msd, "optimizer": osd["state"]}, checkpoint_id=os.path.join(tmp, "shards"))
     with writing(os.path.join(tmp, f"rng-{rank}.pt"), tmp):
         save(rng_state(), os.path.join(tmp, f"rng-{rank}.pt"))
     if rank == 0:
         with writing(os.path.join(tmp, "state.pt"), tmp):
-            save({"model": msd, "optimizer": osd, "step": step, "order": order, "world": world(), "logs": logs},
-                 os.path.join(tmp, "state.pt"))
+            save(state, os.path.join(tmp, "state.pt"))
         with writing(os.path.join(tmp, "config.json"), tmp), open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(config, f, indent=1)
     barrier()
@@ -404,7 +417,11 @@ def save_checkpoint(model, opt, out, config, keep, step, order, rank, logs=None)
 
 
 def check_finite(state):
-    bad = [k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
+    """Refuse to save non-finite weights: `state` is this rank's (whole on rank 0, {} on the
+    others, or each rank's shards); every rank stops alike."""
+    local = lambda v: v.to_local() if hasattr(v, "to_local") else v  # noqa: E731 a DTensor's shard on this rank
+    bad = list(dict.fromkeys(gather([k for k, v in state.items()   # in order, once (ranks share names)
+                                     if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(local(v)).all()])))
     if bad:
         raise SystemExit(f"refusing to save non-finite weights ({len(bad)} tensors, e.g. {bad[0]})")
 
@@ -414,9 +431,9 @@ def save_final(model, tok, path, rank, info=None, merged=None):
     with non-finite weights, written to path.tmp and renamed; `info` (a dict) goes to its run.json.
     `merged` (a function of the model, the run's last use of it) also writes the model it returns
     to path/merged, with the tokenizer and run.json."""
-    msd, _ = full_state(model)
+    msd = full_state(model)
+    check_finite(msd)
     if rank == 0:
-        check_finite(msd)
         tmp = path + ".tmp"
         with writing(path, tmp):
             shutil.rmtree(tmp, ignore_errors=True)
@@ -488,42 +505,99 @@ def check_resume(out, config):
         raise SystemExit(diff)
 
 
+def unreadable(path, e):
+    """Unusable naming a checkpoint file that did not read back, its size and why."""
+    if not os.path.exists(path):
+        return Unusable(f"{path} is missing")
+    return Unusable(f"{path} cannot be read back ({os.path.getsize(path)} bytes; {reason(e)})")
+
+
 def read(path):
     """torch.load of a checkpoint file with weights_only (nothing in it can run code); Unusable
     naming the file and what is wrong."""
-    if not os.path.exists(path):
-        raise Unusable(f"{path} is missing")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch reports a torn zip, an empty file and a bad pickle each its own way
-        raise Unusable(f"{path} cannot be read back ({os.path.getsize(path)} bytes; {reason(e)})") from None
+        raise unreadable(path, e) from None
 
 
-STATE_KEYS = ("model", "optimizer", "step", "order", "world")
+class Shards(FileSystemReader):
+    """dcp's reader of a checkpoint's shards/, as `read` reads state.pt: its .metadata (a pickle) is
+    unpickled with only the names dcp's metadata holds allowed, so nothing in it can run code (the
+    shards themselves hold tensors only, which dcp loads with weights_only); a file that does not
+    read back is Unusable, named."""
+    SAFE = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"),
+            ("torch.distributed.checkpoint.filesystem", "_StorageInfo")}
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if ((module, name) in Shards.SAFE or module == "torch.distributed.checkpoint.metadata"
+                    or module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+                return super().find_class(module, name)
+            raise pickle.UnpicklingError(f"{module}.{name} is not allowed")
+
+    def read_metadata(self, *args, **kwargs):
+        path = os.path.join(self.path, ".metadata")
+        try:
+            with open(path, "rb") as f:
+                md = Shards.Unpickler(f).load()
+        except Exception as e:
+            raise unreadable(path, e) from None
+        if not isinstance(md, Metadata):
+            raise Unusable(f"{path} is not a checkpoint's metadata")
+        md.storage_meta = md.storage_meta or StorageMeta()              # as FileSystemReader does
+        md.storage_meta.load_id = self.load_id
+        return md
+
+    def read_data(self, plan, planner):
+        """FileSystemReader's, one file at a time, so a failure names its file."""
+        files = {}
+        for item in plan.items:
+            files.setdefault(self.storage_data[item.storage_index].relative_path, []).append(item)
+        for name, items in files.items():
+            try:
+                super().read_data(dataclasses.replace(plan, items=items), planner).wait()
+            except Exception as e:
+                raise unreadable(os.path.join(self.path, name), e) from None
+        done = torch.futures.Future()
+        done.set_result(None)
+        return done
+
+
+STATE_KEYS = ("model", "optimizer", "step", "order", "world")   # state.pt of one process
+SHARDED_KEYS = ("groups", "step", "order", "world")             # state.pt under torchrun, beside shards/
 
 
 def check_checkpoint(folder, model, config, rank):
-    """Read one checkpoint: (state, this rank's RNG state). Unusable when a file cannot be read
-    back; SystemExit naming the difference when it belongs to another config, model shape or
-    process count (a file copied in from elsewhere, not a damaged one)."""
+    """Read one checkpoint: (state, this rank's RNG state); under torchrun the shards' metadata,
+    not the shards (load_checkpoint). Unusable when a file cannot be read back; SystemExit naming
+    the difference when it belongs to another config, model shape or process count (a file
+    copied in from elsewhere, not a damaged one)."""
     diff = config_diff(read_json(os.path.join(folder, "config.json")), config, folder)
     if diff:
         raise SystemExit(diff)
     path = os.path.join(folder, "state.pt")
     state = read(path)
-    if not isinstance(state, dict) or any(k not in state for k in STATE_KEYS):
-        raise Unusable(f"{path} is not a checkpoint (no {', '.join(k for k in STATE_KEYS if k not in state)})"
-                       if isinstance(state, dict) else f"{path} is not a checkpoint")
-    if state["world"] != world():
+    if not isinstance(state, dict):
+        raise Unusable(f"{path} is not a checkpoint")
+    if state.get("world", world()) != world():
         raise SystemExit(f"--resume: {folder} was written by {state['world']} processes, this run has {world()}")
-    mine, theirs = {k: tuple(v.shape) for k, v in model_state(model).items()}, state["model"]
-    if not isinstance(theirs, dict):
+    keys = STATE_KEYS if world() == 1 else SHARDED_KEYS
+    if any(k not in state for k in keys):
+        raise Unusable(f"{path} is not a checkpoint (no {', '.join(k for k in keys if k not in state)})")
+    if world() > 1:
+        md = Shards(os.path.join(folder, "shards")).read_metadata()
+        theirs = {k[len("model."):]: tuple(v.size) for k, v in md.state_dict_metadata.items()
+                  if k.startswith("model.") and hasattr(v, "size")}
+    elif isinstance(state["model"], dict):
+        theirs = {k: tuple(v.shape) if torch.is_tensor(v) else None for k, v in state["model"].items()}
+    else:
         raise Unusable(f"{path} is not a checkpoint (no model state)")
+    mine = {k: tuple(v.shape) for k, v in model_state(model).items()}    # whole shapes, also of FSDP2's shards
     for k in sorted(set(mine) | set(theirs)):
-        shape = tuple(theirs[k].shape) if k in theirs and torch.is_tensor(theirs[k]) else None
-        if k not in theirs or k not in mine or shape != mine[k]:
+        if k not in theirs or k not in mine or theirs[k] != mine[k]:
             raise SystemExit(f"--resume: {folder} holds another model: {k} is "
-                             f"{shape if k in theirs else 'absent'} there, {mine.get(k, 'absent')} here")
+                             f"{theirs.get(k, 'absent')} there, {mine.get(k, 'absent')} here")
     path = os.path.join(folder, f"rng-{rank}.pt")
     rng, now = read(path), rng_state()
     try:
@@ -535,9 +609,28 @@ def check_checkpoint(folder, model, config, rank):
     return state, rng
 
 
-def resume_point(out, model, config, rank):
+def load_checkpoint(folder, state, model, opt):
+    """Put a checkpoint that check_checkpoint passed into `model` and `opt`: from state.pt in one
+    process; under torchrun each rank reads its shards (dcp.load, a collective: a shard that does
+    not read back is Unusable on every rank, named)."""
+    if world() == 1:
+        model.load_state_dict(state["model"], strict=len(state["model"]) == len(model.state_dict()))  # LoRA's: no frozen weights
+        opt.load_state_dict(state["optimizer"])
+        return
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    msd, osd = get_state_dict(model, opt)                               # this rank's shards, loaded in place
+    shards = os.path.join(folder, "shards")
+    try:
+        dcp.load({"model": msd, "optimizer": osd["state"]}, storage_reader=Shards(shards))
+    except CheckpointException as e:
+        why = failure(e)
+        raise why if isinstance(why, Unusable) else Unusable(f"{shards} cannot be read back ({reason(why)})") from None
+    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict={"state": osd["state"], "param_groups": state["groups"]})
+
+
+def resume_point(out, model, opt, config, rank):
     """The newest checkpoint of `out` whose config matches `config` (a dict; see check_checkpoint)
-    and that reads back on every rank: (folder, state, this rank's
+    and that reads back on every rank, loaded into `model` and `opt`: (folder, state, this rank's
     RNG state), or None when there is no checkpoint. A damaged one is skipped, saying which and
     why; when none reads back, one line naming the newest one's file and what is wrong."""
     skipped = []
@@ -548,6 +641,11 @@ def resume_point(out, model, config, rank):
         except Unusable as e:
             state, rng, why = None, None, str(e)
         whys = [w for w in gather([why]) if w]              # every rank's verdict
+        if not whys:
+            try:
+                load_checkpoint(folder, state, model, opt)
+            except Unusable as e:                            # a shard: the same on every rank
+                whys = [str(e)]
         if not whys:
             if rank == 0:
                 for f, w in skipped:

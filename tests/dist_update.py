@@ -54,7 +54,7 @@ def update(case, rank=0, world=1):
     with parallel.gathered(model), torch.no_grad():                      # as rl_step: sampling, then the update
         model(input_ids=ids[:1])
     stats, _ = train.ppo_update(model, opt, {k: v[rows] for k, v in batch.items()}, old[rows], ref[rows], A[rows], a, 0)
-    return parallel.full_state(model)[0], stats["loss"], stats["grad_norm"]
+    return parallel.full_state(model), stats["loss"], stats["grad_norm"]
 
 
 if __name__ == "__main__":

@@ -3,25 +3,34 @@
 1. Given the same rollouts, the sharded PPO update equals the single-process one, for both
    loss aggregations and for the shared-prompt path (tests/dist_update.py).
 2. train.py itself under torchrun (tests/dist_train.py runs train.main unchanged and records
-   each rank's first PPO update): SFT and two RL steps of the demo finish; rank 0 writes one
-   metrics line per step; the final weights are saved and finite; and the first update equals
+   each rank's first PPO update): SFT and RL steps of the demo (3 in float32, 2 in bf16) finish;
+   rank 0 writes one metrics line per step; the final weights are saved and finite; and the first update equals
    a one-process update on the same rollouts. In float32 and with bf16 + gradient
    checkpointing, the latter killed (torchrun, with SIGKILL) after its first checkpoint and resumed.
+3. Sharded checkpoints (each rank writes its own shard with torch.distributed.checkpoint): a
+   float32 run killed after checkpoint 1 and resumed ends with the bits of an uninterrupted one,
+   and a damaged shard falls back to the checkpoint before it, again ending with those bits.
+   Bit-identical because nothing differs between the runs: each rank runs one thread in torch's
+   deterministic mode, gloo's sums over 2 ranks add two numbers (the same bits in either order),
+   the shards hold the float32 weights and AdamW moments exactly and every rank's RNG is restored.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file
 
 import dist_update
-from lib import logprobs
+from lib import logprobs, parallel
 import train
 from helpers import tiny_model
+from runs import same
 from lib.model import load_policy
 from lib.parallel import autocast
 
@@ -104,15 +113,27 @@ def one_process(out, rec, argv):
     return parts[0]["stats"], stats, model.state_dict(), float(ref_diff), float(old_diff)
 
 
-@pytest.mark.slow
-def test_torchrun_train_py_float32_first_update_equals_one_process(tmp_path):
-    out, rec = tmp_path / "run", tmp_path / "rec"
+THREE = [*DEMO[:DEMO.index("--steps")], "--steps", "3", *DEMO[DEMO.index("--steps") + 2:]]  # checkpoints step-1, step-2
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """An uninterrupted float32 run of 3 RL steps under torchrun, recording each rank's first PPO
+    update: (its folder, the records' folder, its final weights)."""
+    tmp = tmp_path_factory.mktemp("float32")
+    out, rec = tmp / "straight", tmp / "rec"
     rec.mkdir()
-    p = torchrun("tests/dist_train.py", "--out", str(out), *DEMO, DIST_RECORD=str(rec))
+    p = torchrun("tests/dist_train.py", "--out", str(out), *THREE, DIST_RECORD=str(rec))
     assert p.returncode == 0, tail(p)
-    assert rl_steps(out) == [0, 1]                                          # rank 0 alone writes, once per step
+    return out, rec, load_file(out / "final" / "model.safetensors")
+
+
+@pytest.mark.slow
+def test_torchrun_train_py_float32_first_update_equals_one_process(straight):
+    out, rec, _ = straight
+    assert rl_steps(out) == [0, 1, 2]                                       # rank 0 alone writes, once per step
     assert finite_final(out)
-    two, one, weights, ref_diff, old_diff = one_process(out, rec, DEMO)
+    two, one, weights, ref_diff, old_diff = one_process(out, rec, THREE)
     assert all(torch.isfinite(torch.tensor([s["loss"], s["grad_norm"]])).all() for s in (one, two))
     assert ref_diff < 1e-5 and old_diff < 1e-5                              # FSDP2's no-grad passes and sampling
     # the loss is near 0 at the first update (ratio 1, group advantages of mean 0), so the gradient is the
@@ -121,8 +142,10 @@ def test_torchrun_train_py_float32_first_update_equals_one_process(tmp_path):
     # the step lr·g/(|g| + 1e-8) can turn into anything up to lr: for them, only that bound (2·lr apart).
     assert abs(one["loss"] - two["loss"]) < 1e-6
     assert one["grad_norm"] > 0 and abs(one["grad_norm"] - two["grad_norm"]) < 1e-4 * one["grad_norm"]
-    saved = torch.load(out / "ckpt" / "step-1" / "state.pt", weights_only=False)["model"]   # after step 0
     start = load_policy(str(out / "sft"))[0].state_dict()
+    saved = {"model": {k: torch.empty_like(v) for k, v in start.items()}}  # after step 0: the shards, whole
+    dcp.load(saved, storage_reader=parallel.Shards(str(out / "ckpt" / "step-1" / "shards")), no_dist=True)
+    saved = saved["model"]
     assert any((weights[k] - start[k]).abs().max() > 5e-5 for k in start)  # the step moved the weights
     for k, v in saved.items():
         assert torch.allclose(v, weights[k], atol=2e-4 if k.endswith("k_proj.bias") else 1e-5, rtol=0), k
@@ -150,3 +173,39 @@ def test_torchrun_train_py_bf16_grad_ckpt_killed_then_resumed(tmp_path):
     assert "resumed from" in p.stdout and "step-1" in p.stdout
     assert rl_steps(out) == [0, 1]
     assert finite_final(out)
+
+
+
+@pytest.mark.slow
+def test_torchrun_checkpoints_are_shards_and_a_killed_run_resumes_bit_exact(straight, tmp_path):
+    ref, _, want = straight
+    step = ref / "ckpt" / "step-2"
+    assert sorted(os.listdir(step)) == ["config.json", "rng-0.pt", "rng-1.pt", "shards", "state.pt"]
+    assert sorted(os.listdir(step / "shards")) == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # a file per rank
+    state = torch.load(step / "state.pt", weights_only=True)
+    assert state["step"] == 2 and state["world"] == 2 and "model" not in state and "optimizer" not in state
+    out, argv = tmp_path / "run", [*THREE, "--keep", "1"]                   # the weights are those of --keep 2
+    p = torchrun("tests/dist_train.py", "--out", str(out), *argv, DIST_KILL_AFTER="1")
+    assert p.returncode == -signal.SIGKILL, tail(p)
+    assert os.listdir(out / "ckpt") == ["step-1"] and not os.path.exists(out / "final") and rl_steps(out) == [0]
+    p = torchrun("tests/dist_train.py", "--out", str(out), *argv, "--resume")
+    assert p.returncode == 0, tail(p)
+    assert f"resumed from {out / 'ckpt' / 'step-1'}: RL step 1" in p.stdout
+    assert rl_steps(out) == [0, 1, 2] and os.listdir(out / "ckpt") == ["step-2"]   # --keep 1: step-1 removed
+    assert same(load_file(out / "final" / "model.safetensors"), want)
+
+
+@pytest.mark.slow
+def test_torchrun_a_damaged_shard_falls_back_to_the_checkpoint_before(straight, tmp_path):
+    ref, _, want = straight
+    out = tmp_path / "run"
+    shutil.copytree(ref, out)
+    shutil.rmtree(out / "final")                                             # as a kill after step-2 leaves it
+    shard = out / "ckpt" / "step-2" / "shards" / "__1_0.distcp"             # rank 1's: read by rank 1 only
+    shard.write_bytes(bytes(range(256)) * (shard.stat().st_size // 256 + 1))
+    p = torchrun("tests/dist_train.py", "--out", str(out), *THREE, "--resume")
+    assert p.returncode == 0, tail(p)
+    assert f"--resume: skipping {out / 'ckpt' / 'step-2'}: {shard} cannot be read back" in p.stdout, tail(p)
+    assert f"resumed from {out / 'ckpt' / 'step-1'}: RL step 1" in p.stdout
+    assert rl_steps(out) == [0, 1, 2]
+    assert same(load_file(out / "final" / "model.safetensors"), want)

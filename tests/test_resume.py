@@ -7,7 +7,8 @@ bit-exactness is claimed at one thread only; the uninterrupted reference runs at
   stopped by SIGTERM or SIGINT (during RL or SFT), then resumed, ends with exactly the weights of
   an uninterrupted run, and its logs hold every step exactly once;
 - a damaged newest checkpoint is skipped for an older one; a damaged run folder or a checkpoint
-  of another model or config gives one line.
+  of another model or config gives one line;
+- a sharded checkpoint's metadata (torchrun's; test_distributed.py runs those) runs no code.
 Each long case runs train.py in a child process, as a user would (tests/runs.py). The run folder
 itself (one run per --out, a read-only --out, a full disk): test_run_folder.py."""
 import json
@@ -205,3 +206,26 @@ def test_the_shared_prompt_backward_is_bit_identical_at_two_threads():
     finally:
         torch.use_deterministic_algorithms(was)
         torch.set_num_threads(threads)
+
+
+def test_shard_metadata_is_read_through_an_allowlist(tmp_path):
+    """A sharded checkpoint's .metadata is a pickle (torch.distributed.checkpoint's): parallel.Shards
+    reads dcp's own (written here in one process) but refuses one that would call anything else,
+    and names a garbled one."""
+    import pickle
+    import torch.distributed.checkpoint as dcp
+    path, state = tmp_path / "shards", tiny_model().state_dict()
+    dcp.save({"model": state}, checkpoint_id=str(path), no_dist=True)
+    md = parallel.Shards(str(path)).read_metadata()
+    assert {k: tuple(v.size) for k, v in md.state_dict_metadata.items()} == {f"model.{k}": v.shape for k, v in state.items()}
+
+    class Evil:
+        def __reduce__(self):
+            return os.system, (f"touch {tmp_path / 'ran'}",)
+    (path / ".metadata").write_bytes(pickle.dumps(Evil()))
+    with pytest.raises(parallel.Unusable, match=r"\.metadata cannot be read back \(\d+ bytes; UnpicklingError: posix\.system is not allowed"):
+        parallel.Shards(str(path)).read_metadata()
+    assert not (tmp_path / "ran").exists()
+    garble(path / ".metadata")
+    with pytest.raises(parallel.Unusable, match=r"\.metadata cannot be read back"):
+        parallel.Shards(str(path)).read_metadata()
