@@ -84,7 +84,7 @@ from lib.files import Logs
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.model import load_policy
 from lib.optim import optimizer_step
-from lib.parallel import (all_sum, autocast, barrier, check_folder, deterministic, gather, gathered,
+from lib.parallel import (all_sum, autocast, barrier, cast_once, check_folder, deterministic, gather, gathered,
                           load_state, lock, open_run, rank_prompts, read_json, resume_point, save_checkpoint,
                           save_final, set_rng_state, setup_dist, shard, stop_if_asked, stop_requests, world, writing)
 from lib.sft import SFTConfig, warm_start
@@ -386,29 +386,32 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     model.eval()
     take_unencodable()  # from here on: this step's text (prompts, observations)
     t0 = time.time()
-    with gathered(model):
-        rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, groups, a.temperature, a.max_turns,
-                     a.max_tokens, a.gen_batch, max_tool_rounds=a.max_tool_rounds or None,
-                     sampler=a.sampler)
-    t_roll = time.time() - t0
-    weights = dict(zip(rewards.WEIGHTS, a.hierr_weights))                                # Eq. 2's
-    scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
-                            succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok,
-                            reward_input=a.reward_input)                                # Eqs. 2-5
-    turn_r = [rewards.turn_rewards([t["text"] for t in r.turns[:-1]], r.task.gold, r.task.allowed_tools, weights,
-                                   a.strict_calls) for r in rs]                          # per rollout, per tool turn
-    # a rollout that lost a tool answer or its rating to the network is not trained on (--keep-failed: it is)
-    sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
-    judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
-    keep = ~(sim_fail | judge_fail) | a.keep_failed                                     # (B,)
-    batch = {k: v.to(a.device) for k, v in collate(rs, tok.pad_token_id).items()}
-    for k in ("response_mask", "tool_mask", "summary_mask"):
-        batch[k] = batch[k] * keep.to(a.device)[:, None]
-    gids = torch.tensor(groups)                                                         # (B,)
-    A, tp, sp, adv_tool, adv_sum, adv_turn = token_advantages(
-        a.algo, scores, turn_r, batch["response_mask"], batch["tool_mask"], batch["summary_mask"], keep, gids,
-        a.lam_tool, a.lam_sum, a.turn_credit, a.norm_by_std, a.toolpo_norm_by_std, a.group_stats)  # Eqs. 6-8, 13-14
-    old, refl = old_and_ref_logprobs(model, ref, batch, a)
+    # one process below float32: sampling and the old log-probs read one cast of the weights, made here from
+    # this step's weights and freed before the update (lib.parallel.cast_once; FSDP2 gathers them in bf16)
+    with cast_once(model, a.dtype):
+        with gathered(model):
+            rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, groups, a.temperature, a.max_turns,
+                         a.max_tokens, a.gen_batch, max_tool_rounds=a.max_tool_rounds or None,
+                         sampler=a.sampler)
+        t_roll = time.time() - t0
+        weights = dict(zip(rewards.WEIGHTS, a.hierr_weights))                                # Eq. 2's
+        scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
+                                succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok,
+                                reward_input=a.reward_input)                                # Eqs. 2-5
+        turn_r = [rewards.turn_rewards([t["text"] for t in r.turns[:-1]], r.task.gold, r.task.allowed_tools,
+                                       weights, a.strict_calls) for r in rs]                 # per rollout, per tool turn
+        # a rollout that lost a tool answer or its rating to the network is not trained on (--keep-failed: it is)
+        sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
+        judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
+        keep = ~(sim_fail | judge_fail) | a.keep_failed                                     # (B,)
+        batch = {k: v.to(a.device) for k, v in collate(rs, tok.pad_token_id).items()}
+        for k in ("response_mask", "tool_mask", "summary_mask"):
+            batch[k] = batch[k] * keep.to(a.device)[:, None]
+        gids = torch.tensor(groups)                                                         # (B,)
+        A, tp, sp, adv_tool, adv_sum, adv_turn = token_advantages(
+            a.algo, scores, turn_r, batch["response_mask"], batch["tool_mask"], batch["summary_mask"], keep, gids,
+            a.lam_tool, a.lam_sum, a.turn_credit, a.norm_by_std, a.toolpo_norm_by_std, a.group_stats)  # Eqs. 6-8, 13-14
+        old, refl = old_and_ref_logprobs(model, ref, batch, a)
     t1 = time.time()
     stats, bad = ppo_update(model, opt, batch, old, refl, A, a, bad)                     # Eqs. 9-12
     t_train = time.time() - t1
@@ -609,7 +612,7 @@ def run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step):
     Logs and prints the row; returns its "all" means (None with no eval split)."""
     if not evals:
         return None
-    with gathered(model.eval()), autocast(a.dtype, a.device):
+    with gathered(model.eval()), cast_once(model, a.dtype), autocast(a.dtype, a.device):
         scores, _ = evaluate(model, tok, evals[rank::world()], sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
                              a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input, a.sampler)
     mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)

@@ -1,0 +1,97 @@
+"""One cast of the weights per RL step (lib.parallel.cast_once): train.py in bf16 on a CPU, its
+casts counted as they happen (every float32 -> bf16 copy torch makes of a policy weight's storage)."""
+import collections
+import contextlib
+
+import torch
+from safetensors.torch import load_file
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import train
+from helpers import write_world
+
+
+class Casts(TorchDispatchMode):
+    """Counts bf16 copies of the storages in `weights` (data pointer -> name), by phase, and the
+    forward passes (embedding lookups) of each phase."""
+
+    def __init__(self, weights, phase):
+        super().__init__()
+        self.weights, self.phase = weights, phase
+        self.casts, self.forwards = collections.defaultdict(collections.Counter), collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        x = args[0] if args else None
+        if func is torch.ops.aten._to_copy.default and kwargs.get("dtype") == torch.bfloat16 \
+                and x.dtype == torch.float32 and x.untyped_storage().data_ptr() in self.weights:
+            self.casts[self.phase[0]][self.weights[x.untyped_storage().data_ptr()]] += 1
+        if func is torch.ops.aten.embedding.default:
+            self.forwards[self.phase[0]] += 1
+        return func(*args, **kwargs)
+
+
+def counted_run(argv, monkeypatch):
+    """train.main(argv) with each RL step's and eval's casts counted: per call, (casts before
+    the update by weight, casts in the update, forwards before the update), and the names of the
+    weights autocast casts (every nn.Linear's weight and bias; a tied head by its embedding's name)."""
+    phase, calls, linear = ["before"], [], set()
+
+    def counting(f):
+        def run(model, *args):
+            weights = {p.untyped_storage().data_ptr(): n for n, p in model.named_parameters()}
+            linear.update(weights[p.untyped_storage().data_ptr()] for mod in model.modules()
+                          if isinstance(mod, torch.nn.Linear) for p in mod.parameters(recurse=False))
+            phase[0] = "before"
+            with Casts(weights, phase) as c:
+                out = f(model, *args)
+            calls.append((f.__name__, c.casts["before"], sum(c.casts["update"].values()), c.forwards["before"]))
+            return out
+        return run
+
+    def update(*args):
+        phase[0] = "update"
+        return ppo_update(*args)
+
+    ppo_update = train.ppo_update
+    monkeypatch.setattr(train, "ppo_update", update)
+    monkeypatch.setattr(train, "rl_step", counting(train.rl_step))
+    monkeypatch.setattr(train, "run_eval", counting(train.run_eval))
+    train.main(argv)
+    return calls, linear
+
+
+def test_bf16_sampling_casts_each_weight_once_per_rl_step(tmp_path, monkeypatch):
+    """The user's command in bf16 (toy size, 2 RL steps, evals before and after): each RL step
+    casts each matmul weight once before its update (sampling and the recomputed old log-probs
+    read that cast), each eval once, however many tokens they decode; the update casts as autocast
+    does (at every forward). With cast_once switched off (autocast alone, as before), every
+    forward casts every weight, and the run is the same bit for bit: rollouts, evals and final
+    weights (so the cast is never stale: each step casts the weights its previous update left)."""
+    rl, sft = write_world(tmp_path)
+    argv = ["--data", rl, "--sft-data", sft, "--eval-data", rl, "--eval-limit", "2", "--sft-limit", "4",
+            "--sft-epochs", "1", "--steps", "2", "--group-size", "2", "--prompts-per-step", "2", "--mini-batch", "1",
+            "--max-tokens", "40", "--max-turns", "2", "--tiny-size", "32", "1", "2", "--lr", "1e-2",
+            "--dtype", "bfloat16", "--show", "0"]
+    runs = {}
+    for how in ("once", "autocast"):
+        if how == "autocast":
+            monkeypatch.setattr(train, "cast_once", lambda model, dtype: contextlib.nullcontext(model))
+        out = tmp_path / how
+        runs[how] = counted_run(argv + ["--out", str(out)], monkeypatch)
+        monkeypatch.undo()
+    (once, linear), (each, _) = runs["once"], runs["autocast"]
+    assert [c[0] for c in once] == ["run_eval", "rl_step", "rl_step", "run_eval"]
+    for name, before, update, forwards in once:
+        assert forwards > 10                                        # many decoding steps (and log-prob passes)
+        assert before == dict.fromkeys(linear, 1), name             # one cast per weight, whatever was decoded
+        assert (update > 0) == (name == "rl_step")                  # the update: autocast on float32 masters
+    for (name, before, update, forwards), (_, _, u1, _) in zip(each, once):
+        assert set(before) == linear and min(before.values()) > 10, name  # before: each forward cast each weight
+        assert update == u1
+    for f in ("rollouts.jsonl", "eval.jsonl"):
+        assert open(tmp_path / "once" / f).read() == open(tmp_path / "autocast" / f).read()
+    a, b = (load_file(tmp_path / how / "final" / "model.safetensors") for how in ("once", "autocast"))
+    start = load_file(tmp_path / "once" / "sft" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], start[k]) for k in a)                      # the RL steps moved the weights
