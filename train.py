@@ -106,6 +106,7 @@ PRESETS = {
     "sft_lr": (6e-3, 5e-6),
     "sft_batch": (8, 32),
     "sft_max_len": (1024, 16384),
+    "sft_tokens": (None, 16384),      # paper: a pass holds at most one --sft-max-len conversation's ids (lib/sft.py)
     "sft_limit": (None, None),
     "sft_weight_decay": (0.01, 0.0),  # the release's SFT (LLaMA-Factory) sets none: transformers' 0; the demo's 0.01
     "group_size": (8, 16),            # G
@@ -164,6 +165,9 @@ def get_args(argv=None):
     g.add_argument("--sft-warmup", type=num, default=0.1, help="share of SFT steps spent warming up")
     g.add_argument("--sft-batch", type=int, default=None, help="conversations per optimizer step")
     g.add_argument("--sft-max-len", type=int, default=None, help="token cutoff per conversation")
+    g.add_argument("--sft-tokens", type=int, default=None,
+                   help="padded ids per SFT forward/backward (rows x the longest), conversations packed longest "
+                        "first, a longer one alone; none = --micro-batch conversations a pass; the loss is the same")
     g.add_argument("--sft-turns", choices=TURNS, default=TURNS[0],
                    help="an assistant's text and the call after it: merge = one turn (what rollouts see); "
                         "release = two turns, each with its own end token (LLaMA-Factory's data)")
@@ -288,6 +292,8 @@ def check_args(p, a):
             p.error(f"--{flag.replace('_', '-')} must be >= 1")
     if a.step_deadline < 0:
         p.error("--step-deadline must be >= 0")
+    if a.sft_tokens is not None and a.sft_tokens < 1:
+        p.error("--sft-tokens must be >= 1")
     for flag in ("max_tool_rounds", "save_every", "sft_limit", "steps", "eval_limit"):
         if getattr(a, flag) is not None and getattr(a, flag) < 0:
             p.error(f"--{flag.replace('_', '-')} must be >= 0")
@@ -311,7 +317,7 @@ def check_args(p, a):
 def sft_config(a):
     """The warm start's settings (lib/sft.py) from the flags."""
     return SFTConfig(a.sft_epochs, a.sft_lr, a.sft_batch, a.sft_max_len, a.sft_warmup, a.sft_weight_decay,
-                     a.micro_batch, a.grad_clip, a.max_bad_updates, a.seed, a.device)
+                     a.micro_batch, a.grad_clip, a.max_bad_updates, a.seed, a.device, a.sft_tokens)
 
 
 # ---------------------------------------------------------------------------------------------
