@@ -16,6 +16,10 @@ The passes of one step (the paper preset: --old-logprobs recompute, β > 0, grad
 checkpointing), each over every response token and each group's prompt once (T tokens):
 sampling (one forward), old and reference log-probs (two forwards, no grad), and the update
 (forward, the checkpointed forward again, and a backward of twice a forward's FLOPs).
+
+Besides the passes (`casts`, `endpoint_s`): the casts of the float32 weights to bf16 (their bytes
+moved at the bandwidth, and the cast copy sampling holds), and the time the step waits for the
+simulator and the judge, from stated seconds per request (flags; assumed, not measured).
 """
 import argparse
 
@@ -37,6 +41,13 @@ MFU = 0.40             # assumed for the training and log-prob passes
 PROMPT, RESPONSE = 2048, 8192  # tokens: an assumed prompt, and the response cap of the paper's recipe
 ROLLOUTS, PROMPTS = 2048, 128  # per step: 128 prompts x G = 16
 STEPS_PER_EPOCH = 31_818 // 128  # the release's RL split
+CAST = 6               # bytes moved by casting one weight: a float32 read and a bf16 write
+NO_GRAD_ROWS = 8       # rows per no-grad log-prob pass (lib/logprobs.py)
+SIM_S, JUDGE_S = 2.0, 20.0  # assumed s per simulator request (a short tool answer) and per judge rating (GPT-OSS
+                            # reasoning within its 8,192 tokens, lib/llm.py); not measured: flags
+CALLS = 3.0            # assumed simulator requests (tool calls) per rollout: a flag
+SIM_WORKERS = 20       # simulator requests in flight per rank (lib/llm.py Client's workers, the release's 20)
+JUDGE_WORKERS = 16     # judge requests in flight per rank (rewards.score_rollouts' workers)
 
 
 def config(name):
@@ -72,7 +83,7 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
     n, f, bwd_ratio = measure(cfg, prompt + response)
     h, layers = cfg.hidden_size, cfg.num_hidden_layers
     kv_dim = cfg.num_key_value_heads * (h // cfg.num_attention_heads)
-    kv = 2 * layers * kv_dim * BF16                                                   # KV bytes per token
+    kv = kv_bytes(cfg, gpus)                                                          # KV bytes per token
     seq = prompt + response
     tokens = PROMPTS * prompt + ROLLOUTS * response                                   # T: each prompt once per group
     flops = {"sampling": f * tokens, "log-probs": 2 * f * tokens, "update": (2 + bwd_ratio) * f * tokens}
@@ -82,7 +93,7 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
     read = weights + gen_batch * (prompt + response / 2) * kv                         # bytes per decode step
     sample_s = decode_steps * read / bw
     states = n * STATE_BYTES / gpus
-    gathered = weights if gpus > 1 else 0                                             # the bf16 policy for sampling
+    gathered = weights  # the bf16 policy sampling reads: FSDP2's gathered copy, or one process's cast (`casts`)
     layer_acts = BF16 * (6 * h + 2 * kv_dim + 4 * cfg.intermediate_size)              # one layer, per token
     acts = micro_batch * seq * (layers * BF16 * h + layer_acts) + LOGIT_CHUNK * cfg.vocab_size * 4
     return {"params": n, "fwd_flop_per_token": f, "bwd_over_fwd": bwd_ratio, "tokens": tokens, "flops": flops,
@@ -92,6 +103,44 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
             "epoch_h": (sample_s + train_s) * STEPS_PER_EPOCH / 3600}
 
 
+def kv_bytes(cfg, gpus):
+    """KV cache bytes per token. Under FSDP2 keys and values are bf16; in one process the
+    embeddings stay float32 under autocast, so the rotary tables are float32 and the rotated keys
+    come out float32 (values bf16: measured on the tiny Qwen2, torch 2.13, transformers 5.24)."""
+    kv_dim = cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads)
+    return cfg.num_hidden_layers * kv_dim * (BF16 + (BF16 if gpus > 1 else 4))
+
+
+def casts(cfg, gpus, gen_batch, micro_batch, response=RESPONSE, bw=BANDWIDTH):
+    """The casts of one step's weights to bf16, per GPU: the bytes of the cast copy sampling
+    holds, and seconds of their traffic (CAST bytes a weight) at `bw`. One process casts each
+    matmul weight (every nn.Linear's: what autocast casts) once for sampling and the old log-probs
+    (lib.parallel.cast_once), then at every forward of the update (a micro-batch's forward and its
+    checkpointed recompute); FSDP2 casts every parameter's shard before each all-gather: once to
+    sample, once per no-grad log-prob pass, twice per micro-batch (forward, backward).
+    `per_token_s`: sampling's casts when every decode step cast every weight (before cast_once)."""
+    with torch.device("meta"):
+        m = Qwen2ForCausalLM(cfg)
+    n = sum(p.numel() for p in m.parameters())
+    if gpus == 1:
+        n = sum(p.numel() for x in m.modules() if isinstance(x, torch.nn.Linear) for p in x.parameters(recurse=False))
+    cast = CAST * n / gpus / bw                                                       # s, one cast of this GPU's part
+    rows = ROLLOUTS / gpus
+    return {"copy": BF16 * n, "sample_s": cast,
+            "logprob_s": 0.0 if gpus == 1 else rows / NO_GRAD_ROWS * cast,
+            "update_s": 2 * rows / micro_batch * cast,
+            "per_token_s": rows / gen_batch * response * cast if gpus == 1 else 0.0}
+
+
+def endpoint_s(gpus, sim_s=SIM_S, judge_s=JUDGE_S, calls=CALLS):
+    """Seconds a step waits for the frozen LLMs, on each rank: its rollouts' `calls` simulator
+    requests each at `sim_s`, SIM_WORKERS at a time, and one judge rating each at `judge_s`,
+    JUDGE_WORKERS at a time. Neither overlaps the GPU work (a turn's tool answers come before the
+    next turn is sampled, the ratings after the rollouts); perfect packing, so a lower bound."""
+    rows = ROLLOUTS / gpus
+    return {"sim_s": rows * calls * sim_s / SIM_WORKERS, "judge_s": rows * judge_s / JUDGE_WORKERS}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=sorted(SHAPES), default="3B")
@@ -99,6 +148,9 @@ def main(argv=None):
     p.add_argument("--gen-batch", type=int, nargs="+", default=[32, 64], help="rows sampled together, one per --gpus")
     p.add_argument("--micro-batch", type=int, default=8, help="rollouts per forward/backward")
     p.add_argument("--mfu", type=float, default=MFU)
+    p.add_argument("--sim-s", type=float, default=SIM_S, help="seconds per simulator request (assumed)")
+    p.add_argument("--judge-s", type=float, default=JUDGE_S, help="seconds per judge rating (assumed)")
+    p.add_argument("--calls", type=float, default=CALLS, help="simulator requests per rollout (assumed)")
     a = p.parse_args(argv)
     cfg = config(a.model)
     for gpus, gb in zip(a.gpus, a.gen_batch):
@@ -114,6 +166,21 @@ def main(argv=None):
         print(f"  time: sampling {r['sample_s'] / 60:.1f} min (bandwidth bound), log-probs + update "
               f"{r['train_s'] / 60:.1f} min at MFU {a.mfu:.0%}; step {r['step_s'] / 60:.1f} min, "
               f"epoch ({STEPS_PER_EPOCH} steps) {r['epoch_h']:.0f} h")
+        print_extras(cfg, gpus, gb, a, r["step_s"])
+
+
+def print_extras(cfg, gpus, gen_batch, a, step_s):
+    """The lines for `casts` and `endpoint_s`, and the step with them (`step_s`: the passes alone)."""
+    c, e = casts(cfg, gpus, gen_batch, a.micro_batch), endpoint_s(gpus, a.sim_s, a.judge_s, a.calls)
+    cast_s, wait_s = c["sample_s"] + c["logprob_s"] + c["update_s"], e["sim_s"] + e["judge_s"]
+    print(f"  casts to bf16: copy held while sampling {c['copy'] / 1e9:.1f} GB (in the sampling peak); traffic "
+          f"{cast_s:.1f} s a step (sampling {c['sample_s']:.2f} s, log-probs {c['logprob_s']:.1f} s, update "
+          f"{c['update_s']:.1f} s)" + (f"; at every decode step instead: {c['per_token_s'] / 60:.1f} min"
+                                      if c["per_token_s"] else ""))
+    print(f"  frozen LLMs (assumed {a.sim_s:g} s a simulator request x {a.calls:g} a rollout, {a.judge_s:g} s a "
+          f"rating): simulator {e['sim_s'] / 60:.1f} min, judge {e['judge_s'] / 60:.1f} min; step with casts and "
+          f"frozen LLMs {(step_s + cast_s + wait_s) / 60:.1f} min, "
+          f"epoch {(step_s + cast_s + wait_s) * STEPS_PER_EPOCH / 3600:.0f} h")
 
 
 if __name__ == "__main__":
