@@ -6,8 +6,9 @@ Cross-entropy on assistant tokens only (`example` builds each conversation's ids
 mask from the chat template message by message, with the encoders of rollout.py: content is
 plain text, the mask is 1 on assistant content and its eos by construction), token-mean over
 the optimizer step's batch, AdamW, cosine lr with linear warmup. Under torchrun each rank
-takes its share of every batch and the normaliser is summed over ranks, so the update equals
-the single-process one. The step is lib/optim.py's `optimizer_step` (clipped; a non-finite
+takes its share of every batch, the normaliser is the whole batch's count (every rank reads the
+batch; it was counted once per rank before, shrinking the gradient by the world size) and the
+logged loss is summed over ranks, so the update and the log equal the single-process ones. The step is lib/optim.py's `optimizer_step` (clipped; a non-finite
 update is skipped and counted, `max_bad_updates` in a row stop the run).
 
 Forward/backward passes (`passes`): `micro_batch` conversations at a time, each pass padded to
@@ -138,7 +139,7 @@ def warm_start(model, tok, convs, cfg, log):
         rng.shuffle(order)
         for s in range(0, len(order), cfg.batch):
             rows = [data[i] for i in order[s:s + cfg.batch]]
-            n = all_sum(float(sum(sum(m) for _, m in rows)))  # tokens of the whole batch
+            n = sum(sum(m) for _, m in rows)                   # tokens of the whole batch (every rank has it)
             rows = rows[rank::world()]                         # this rank's share
             total = 0.0
             for part in passes(rows, cfg.micro_batch, cfg.tokens, tok.pad_token_id):
@@ -149,7 +150,8 @@ def warm_start(model, tok, convs, cfg, log):
                 loss = -token_logprobs(model, ids, attn, mask).sum() / max(n, 1)  # token-mean over the step
                 (loss * world()).backward()  # FSDP averages gradients over ranks
                 total += loss.item()
-            bad, _, _ = optimizer_step(model, opt, all_sum(total), cfg.grad_clip, cfg.max_bad_updates, bad)
+            total = all_sum(total)                             # the step's loss, every rank's share
+            bad, _, _ = optimizer_step(model, opt, total, cfg.grad_clip, cfg.max_bad_updates, bad)
             sched.step()
             bar.update()
             bar.set_postfix(loss=f"{total:.3f}")

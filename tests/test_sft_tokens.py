@@ -3,11 +3,14 @@ padded ids of every forward/backward counted against the budget, and the losses 
 against the row-count passes."""
 import json
 
+import pytest
 import torch
+from safetensors.torch import load_file
 
 import train
 from lib import sft
 from helpers import CALL, write_jsonl, write_world
+from test_distributed import tail, torchrun
 
 BUDGET = 360  # padded ids per pass: below the longest conversation here (400 ids), twice the shortest ones
 
@@ -20,10 +23,17 @@ def conversations(folder, n=12):
         {"from": "gpt", "value": "f of 1 is 42. " * (1 + i)}]} for i in range(n)])
 
 
+def argv(tmp_path, out, *flags):
+    """train.py's flags for SFT only: 12 conversations, 4 a step, the tiny model."""
+    rl, _ = write_world(tmp_path)
+    return ["--data", rl, "--sft-data", conversations(tmp_path), "--eval-data", "", "--sft-epochs", "1",
+            "--sft-batch", "4", "--micro-batch", "4", "--steps", "0", "--tiny-size", "32", "1", "2",
+            "--out", str(out), "--show", "0", *flags]
+
+
 def sft_run(tmp_path, monkeypatch, name, *flags):
     """train.py, SFT only (4 conversations a step, 3 steps): per optimizer step, the (rows, length)
     of each pass and the gradient it took; and the logged losses."""
-    rl, _ = write_world(tmp_path)
     shapes, grads, step = [], [], sft.optimizer_step
     log_probs = sft.token_logprobs
 
@@ -40,9 +50,7 @@ def sft_run(tmp_path, monkeypatch, name, *flags):
     monkeypatch.setattr(sft, "token_logprobs", logprobs)
     monkeypatch.setattr(sft, "optimizer_step", optimizer_step)
     out = tmp_path / name
-    train.main(["--data", rl, "--sft-data", conversations(tmp_path), "--eval-data", "", "--sft-epochs", "1",
-                "--sft-batch", "4", "--micro-batch", "4", "--steps", "0", "--tiny-size", "32", "1", "2",
-                "--out", str(out), "--show", "0", *flags])
+    train.main(argv(tmp_path, out, *flags))
     monkeypatch.undo()
     losses = [json.loads(x)["loss"] for x in open(out / "metrics.jsonl")]
     return shapes[:-1], grads, losses
@@ -76,3 +84,19 @@ def test_sft_passes_agree_on_their_number_over_ranks(monkeypatch):
         got = sft.passes(rows, 2, tokens, 0)
         assert len(got) == 4 and all(p == [([0], [0])] for p in got[-3 if tokens is None else -2:])
     assert sft.passes([], 2, None, 0) == [[([0], [0])]] * 4
+
+
+@pytest.mark.slow
+def test_sft_passes_by_tokens_under_torchrun_equal_one_process(tmp_path):
+    """`torchrun --nproc_per_node 2 train.py --sft-tokens N` (gloo, FSDP2): each rank packs its
+    share of a step by the budget, so the ranks' pass counts differ (the third step here: 2 and
+    1) and the shorter adds an empty pass; the logged losses (every rank's share) and the SFT
+    weights equal one process's (the normaliser counts the step's tokens once, not once per rank)."""
+    flags = ["--sft-tokens", str(BUDGET)]
+    p = torchrun("train.py", *argv(tmp_path, tmp_path / "two", *flags))
+    assert p.returncode == 0, tail(p)
+    train.main(argv(tmp_path, tmp_path / "one", *flags))
+    losses = {n: [json.loads(x)["loss"] for x in open(tmp_path / n / "metrics.jsonl")] for n in ("one", "two")}
+    assert len(losses["one"]) == 3 and all(abs(a - b) <= 1e-6 * b for a, b in zip(losses["two"], losses["one"]))
+    one, two = (load_file(tmp_path / n / "sft" / "model.safetensors") for n in ("one", "two"))
+    assert all(torch.allclose(one[k], two[k], atol=1e-5) for k in one)
