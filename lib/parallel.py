@@ -161,16 +161,16 @@ def cast_once(model, dtype):
     cast. Under FSDP2 nothing is done: `gathered` already holds the weights in the compute dtype
     (shard's MixedPrecisionPolicy gathers them so, once for the context)."""
     kept, casts = [], {}                                     # (module, name, float32 master); id -> its cast
-    if dtype != "float32" and world() == 1:
-        for m in model.modules():
-            if isinstance(m, torch.nn.Linear):
-                for k, p in m._parameters.items():
-                    if p is not None and p.dtype == torch.float32:
-                        if id(p) not in casts:
-                            casts[id(p)] = torch.nn.Parameter(p.detach().to(getattr(torch, dtype)), requires_grad=False)
-                        kept.append((m, k, p))
-                        m._parameters[k] = casts[id(p)]
-    try:
+    on = dtype != "float32" and world() == 1
+    linear = [m for m in model.modules() if isinstance(m, torch.nn.Linear)] if on else []
+    try:  # a failed cast (out of memory) puts back the ones made
+        for m in linear:
+            for k, p in m._parameters.items():
+                if p is not None and p.dtype == torch.float32:
+                    if id(p) not in casts:
+                        casts[id(p)] = torch.nn.Parameter(p.detach().to(getattr(torch, dtype)), requires_grad=False)
+                    kept.append((m, k, p))
+                    m._parameters[k] = casts[id(p)]
         yield model
     finally:
         for m, k, p in kept:

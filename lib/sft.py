@@ -8,8 +8,9 @@ plain text, the mask is 1 on assistant content and its eos by construction), tok
 the optimizer step's batch, AdamW, cosine lr with linear warmup. Under torchrun each rank
 takes its share of every batch, the normaliser is the whole batch's count (every rank reads the
 batch; it was counted once per rank before, shrinking the gradient by the world size) and the
-logged loss is summed over ranks, so the update and the log equal the single-process ones. The step is lib/optim.py's `optimizer_step` (clipped; a non-finite
-update is skipped and counted, `max_bad_updates` in a row stop the run).
+logged loss is summed over ranks, so the update and the log equal the single-process ones. The
+step is lib/optim.py's `optimizer_step` (clipped; a non-finite update is skipped and counted,
+`max_bad_updates` in a row stop the run).
 
 Forward/backward passes (`passes`): `micro_batch` conversations at a time, each pass padded to
 its longest; or, given a token budget (`tokens`, train.py's --sft-tokens), the rank's share of
@@ -19,7 +20,7 @@ by the step's assistant tokens, not per pass, so the grouping changes it by floa
 Under torchrun every rank runs as many passes (FSDP2 pairs up their collectives): a rank with
 fewer adds empty ones (one pad id, nothing learned).
 
-    python -m pytest -q tests/test_train.py -k sft
+    python -m pytest -q tests/test_train.py -k sft; tests/test_sft_tokens.py
 """
 import math
 import random
@@ -109,7 +110,7 @@ def passes(rows, micro_batch, tokens, pad_id):
         out = [rows[s:s + micro_batch] for s in range(0, len(rows), micro_batch)]
     else:
         out = []
-        for r in sorted(rows, key=lambda r: -len(r[0])):                   # longest first: a pass's first is its longest
+        for r in sorted(rows, key=lambda r: -len(r[0])):                   # longest first: a pass's first is longest
             if out and (len(out[-1]) + 1) * len(out[-1][0][0]) <= tokens:
                 out[-1].append(r)
             else:

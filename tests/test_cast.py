@@ -3,6 +3,7 @@ casts counted as they happen (every float32 -> bf16 copy torch makes of a policy
 import collections
 import contextlib
 
+import pytest
 import torch
 from safetensors.torch import load_file
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -95,3 +96,19 @@ def test_bf16_sampling_casts_each_weight_once_per_rl_step(tmp_path, monkeypatch)
     start = load_file(tmp_path / "once" / "sft" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert any(not torch.equal(a[k], start[k]) for k in a)                      # the RL steps moved the weights
+
+
+def test_cast_once_puts_the_float32_masters_back():
+    """Inside: the matmul weights are bf16 casts (the tied head too), the embedding float32; on
+    exit, also by an error, the very float32 parameters the optimizer holds are back."""
+    from helpers import tiny_model
+    from lib.parallel import cast_once
+    model = tiny_model()
+    before = dict(model.named_parameters())
+    with pytest.raises(RuntimeError):
+        with cast_once(model, "bfloat16"):
+            assert model.lm_head.weight.dtype == model.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
+            assert model.model.embed_tokens.weight.dtype == torch.float32
+            raise RuntimeError
+    assert all(p is before[n] for n, p in model.named_parameters())
+    assert model.lm_head.weight is model.model.embed_tokens.weight                 # tied again
