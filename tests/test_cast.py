@@ -112,3 +112,34 @@ def test_cast_once_puts_the_float32_masters_back():
             raise RuntimeError
     assert all(p is before[n] for n, p in model.named_parameters())
     assert model.lm_head.weight is model.model.embed_tokens.weight                 # tied again
+
+
+def test_plan_counts_the_casts_the_kv_dtype_and_the_frozen_llms():
+    """scripts/plan.py's `casts`, `kv_bytes` and `endpoint_s` on a small config, against counts by hand."""
+    from transformers import Qwen2Config
+    from scripts import plan as P
+    cfg = Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    matmul = 3 * (64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128 + 64 + 32 + 32) + 64 * 1000  # q, o; k, v; mlp; biases; head
+    every = matmul + 3 * 2 * 64 + 64                                                       # + the norms
+    one, two = P.casts(cfg, 1, gen_batch=4, micro_batch=2, response=8, bw=1.0), P.casts(cfg, 2, 4, 2, 8, bw=1.0)
+    assert one == {"copy": 2 * matmul, "sample_s": 6 * matmul, "logprob_s": 0.0,
+                   "update_s": 2 * P.ROLLOUTS / 2 * 6 * matmul, "per_token_s": P.ROLLOUTS / 4 * 8 * 6 * matmul}
+    assert two == {"copy": 2 * every, "sample_s": 3 * every, "logprob_s": P.ROLLOUTS / 2 / 8 * 3 * every,
+                   "update_s": 2 * P.ROLLOUTS / 2 / 2 * 3 * every, "per_token_s": 0.0}
+    assert P.kv_bytes(cfg, 1) == 3 * 32 * (4 + 2) and P.kv_bytes(cfg, 2) == 3 * 32 * (2 + 2)  # float32 keys alone
+    assert P.endpoint_s(2, sim_s=2.0, judge_s=10.0, calls=3.0) == {
+        "sim_s": P.ROLLOUTS / 2 * 3 * 2.0 / P.SIM_WORKERS, "judge_s": P.ROLLOUTS / 2 * 10.0 / P.JUDGE_WORKERS}
+
+
+def test_one_process_bf16_kv_cache_has_float32_keys():
+    """What plan.kv_bytes counts for one process: under autocast on float32 weights (cast once or
+    not) the sampler's cache holds float32 keys (float32 rotary tables rotate them) and bf16 values."""
+    from helpers import tiny_model
+    from lib import sampler
+    from lib.parallel import autocast, cast_once
+    model = tiny_model()
+    with torch.no_grad(), autocast("bfloat16", "cpu"), cast_once(model, "bfloat16"):
+        (_, _, kv), = sampler.sample(model, [None], [[1, 2, 3]], [2], 0.0, stops=[])
+    keys, values = kv[0]
+    assert keys.dtype == torch.float32 and values.dtype == torch.bfloat16
