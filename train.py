@@ -99,7 +99,7 @@ from lib.files import Logs
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.model import load_policy
 from lib.optim import optimizer_step
-from lib.parallel import (all_sum, autocast, barrier, check_folder, deterministic, gather, gathered,
+from lib.parallel import (all_sum, autocast, barrier, cast_once, check_folder, deterministic, gather, gathered,
                           lock, open_run, rank_prompts, read_json, resume_point, save_checkpoint,
                           save_final, set_rng_state, setup_dist, shard, stop_if_asked, stop_requests, world, writing)
 from lib.sft import SFTConfig, warm_start
@@ -121,6 +121,7 @@ PRESETS = {
     "sft_lr": (6e-3, 5e-6),
     "sft_batch": (8, 32),
     "sft_max_len": (1024, 16384),
+    "sft_tokens": (None, 16384),      # paper: a pass holds at most one --sft-max-len conversation's ids (lib/sft.py)
     "sft_limit": (None, None),
     "sft_weight_decay": (0.01, 0.0),  # the release's SFT (LLaMA-Factory) sets none: transformers' 0; the demo's 0.01
     "group_size": (8, 16),            # G
@@ -130,7 +131,7 @@ PRESETS = {
     "lr": (1e-4, 1e-6),
     "steps": (60, None),              # None: --epochs x prompts // --prompts-per-step
     "max_tokens": (384, 8192),
-    "gen_batch": (GEN_BATCH, 32),     # paper 32: scripts/plan.py's GEN_BATCH, what one 80 GB GPU fits (docs/memory.md)
+    "gen_batch": (GEN_BATCH, 16),     # paper 16: scripts/plan.py's GEN_BATCH, what one 80 GB GPU fits (docs/memory.md)
     "eval_limit": (None, 500),        # paper: 500 of the 4,000 eval prompts (README "The cost of evaluating")
     "eval_every": (0, 50),
     "dtype": ("float32", "bfloat16"),
@@ -192,6 +193,9 @@ def get_args(argv=None):
     g.add_argument("--sft-warmup", type=num, default=0.1, help="share of SFT steps spent warming up")
     g.add_argument("--sft-batch", type=int, default=None, help="conversations per optimizer step")
     g.add_argument("--sft-max-len", type=int, default=None, help="token cutoff per conversation")
+    g.add_argument("--sft-tokens", type=int, default=None,
+                   help="padded ids per SFT forward/backward (rows x the longest), conversations packed longest "
+                        "first, a longer one alone; none = --micro-batch conversations a pass; the loss is the same")
     g.add_argument("--sft-turns", choices=TURNS, default=TURNS[0],
                    help="an assistant's text and the call after it: merge = one turn (what rollouts see); "
                         "release = two turns, each with its own end token (LLaMA-Factory's data)")
@@ -327,6 +331,8 @@ def check_args(p, a):
         p.error("--step-deadline must be >= 0")
     if not 0 <= a.max_unscored <= 1:
         p.error("--max-unscored must be in [0, 1]")
+    if a.sft_tokens is not None and a.sft_tokens < 1:
+        p.error("--sft-tokens must be >= 1")
     for flag in ("max_tool_rounds", "save_every", "sft_limit", "steps", "eval_limit"):
         if getattr(a, flag) is not None and getattr(a, flag) < 0:
             p.error(f"--{flag.replace('_', '-')} must be >= 0")
@@ -365,7 +371,7 @@ def check_args(p, a):
 def sft_config(a):
     """The warm start's settings (lib/sft.py) from the flags."""
     return SFTConfig(a.sft_epochs, a.sft_lr, a.sft_batch, a.sft_max_len, a.sft_warmup, a.sft_weight_decay,
-                     a.micro_batch, a.grad_clip, a.max_bad_updates, a.seed, a.device)
+                     a.micro_batch, a.grad_clip, a.max_bad_updates, a.seed, a.device, a.sft_tokens)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,29 +447,32 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     model.eval()
     take_unencodable()  # from here on: this step's text (prompts, observations)
     t0 = time.time()
-    with gathered(model):
-        rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, groups, a.temperature, a.max_turns,
-                     a.max_tokens, a.gen_batch, max_tool_rounds=a.max_tool_rounds or None,
-                     sampler=a.sampler)
-    t_roll = time.time() - t0
-    weights = dict(zip(rewards.WEIGHTS, a.hierr_weights))                                # Eq. 2's
-    scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
-                            succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok,
-                            reward_input=a.reward_input)                                # Eqs. 2-5
-    turn_r = [rewards.turn_rewards([t["text"] for t in r.turns[:-1]], r.task.gold, r.task.allowed_tools, weights,
-                                   a.strict_calls) for r in rs]                          # per rollout, per tool turn
-    # a rollout that lost a tool answer or its rating to the network is not trained on (--keep-failed: it is)
-    sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
-    judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
-    keep = ~(sim_fail | judge_fail) | a.keep_failed                                     # (B,)
-    batch = {k: v.to(a.device) for k, v in collate(rs, tok.pad_token_id).items()}
-    for k in ("response_mask", "tool_mask", "summary_mask"):
-        batch[k] = batch[k] * keep.to(a.device)[:, None]
-    gids = torch.tensor(groups)                                                         # (B,)
-    A, tp, sp, adv_tool, adv_sum, adv_turn = token_advantages(
-        a.algo, scores, turn_r, batch["response_mask"], batch["tool_mask"], batch["summary_mask"], keep, gids,
-        a.lam_tool, a.lam_sum, a.turn_credit, a.norm_by_std, a.toolpo_norm_by_std, a.group_stats)  # Eqs. 6-8, 13-14
-    old, refl = old_and_ref_logprobs(model, ref, batch, a)
+    # one process below float32: sampling and the old log-probs read one cast of the weights, made here from
+    # this step's weights and freed before the update (lib.parallel.cast_once; FSDP2 gathers them in bf16)
+    with cast_once(model, a.dtype):
+        with gathered(model):
+            rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, groups, a.temperature, a.max_turns,
+                         a.max_tokens, a.gen_batch, max_tool_rounds=a.max_tool_rounds or None,
+                         sampler=a.sampler)
+        t_roll = time.time() - t0
+        weights = dict(zip(rewards.WEIGHTS, a.hierr_weights))                                # Eq. 2's
+        scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
+                                succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok,
+                                reward_input=a.reward_input)                                # Eqs. 2-5
+        turn_r = [rewards.turn_rewards([t["text"] for t in r.turns[:-1]], r.task.gold, r.task.allowed_tools,
+                                       weights, a.strict_calls) for r in rs]                 # per rollout, per tool turn
+        # a rollout that lost a tool answer or its rating to the network is not trained on (--keep-failed: it is)
+        sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
+        judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
+        keep = ~(sim_fail | judge_fail) | a.keep_failed                                     # (B,)
+        batch = {k: v.to(a.device) for k, v in collate(rs, tok.pad_token_id).items()}
+        for k in ("response_mask", "tool_mask", "summary_mask"):
+            batch[k] = batch[k] * keep.to(a.device)[:, None]
+        gids = torch.tensor(groups)                                                         # (B,)
+        A, tp, sp, adv_tool, adv_sum, adv_turn = token_advantages(
+            a.algo, scores, turn_r, batch["response_mask"], batch["tool_mask"], batch["summary_mask"], keep, gids,
+            a.lam_tool, a.lam_sum, a.turn_credit, a.norm_by_std, a.toolpo_norm_by_std, a.group_stats)  # Eqs. 6-8, 13-14
+        old, refl = old_and_ref_logprobs(model, ref, batch, a)
     t1 = time.time()
     stats, bad = ppo_update(model, opt, batch, old, refl, A, a, bad)                     # Eqs. 9-12
     t_train = time.time() - t1
@@ -735,7 +744,7 @@ def run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step):
     Logs and prints the row; returns its "all" means (None with no eval split)."""
     if not evals:
         return None
-    with gathered(model.eval()), autocast(a.dtype, a.device):
+    with gathered(model.eval()), cast_once(model, a.dtype), autocast(a.dtype, a.device):
         scores, _ = evaluate(model, tok, evals[rank::world()], sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
                              a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input, a.sampler)
     mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)

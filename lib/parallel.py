@@ -11,7 +11,8 @@ samples, so ranks generate without collectives; `all_sum` and `gather` carry the
 normaliser, the metrics and the records across ranks.
 
 Precision: the trained weights, their gradients and AdamW's state stay float32; `autocast`
-runs the forward passes in --dtype.
+runs the forward passes in --dtype, and `cast_once` gives sampling (which changes no weight)
+one cast of them instead of one per forward.
 
 `rank_prompts` gives each rank an equal share of every mini-batch's prompts; `deterministic`
 turns on torch's deterministic algorithms on CPU, so a one-thread run repeats bit for bit.
@@ -152,6 +153,35 @@ def autocast(dtype, device):
     if dtype == "float32":
         return nullcontext()
     return torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype), cache_enabled=False)
+
+
+@contextmanager
+def cast_once(model, dtype):
+    """The weights sampling reads, cast to `dtype` once for the context instead of at every
+    forward (autocast's cast cache is off, see `autocast`, so each decoded token would cast every
+    weight again). In one process below float32, each nn.Linear's float32 weight and bias (what
+    autocast casts: the matmuls' operands) is replaced by its cast for the context's duration and
+    the float32 master put back on exit: the copy is made from the weights as they are on entry and
+    freed on exit, so a context must hold no optimizer step. The cast is autocast's own, so every
+    output is bit for bit what autocast alone computes; embeddings and norms stay float32, as
+    autocast leaves them. A tied head is cast, its embedding not. Nested, or in float32: nothing to
+    cast. Under FSDP2 nothing is done: `gathered` already holds the weights in the compute dtype
+    (shard's MixedPrecisionPolicy gathers them so, once for the context)."""
+    kept, casts = [], {}                                     # (module, name, float32 master); id -> its cast
+    on = dtype != "float32" and world() == 1
+    linear = [m for m in model.modules() if isinstance(m, torch.nn.Linear)] if on else []
+    try:  # a failed cast (out of memory) puts back the ones made
+        for m in linear:
+            for k, p in m._parameters.items():
+                if p is not None and p.dtype == torch.float32:
+                    if id(p) not in casts:
+                        casts[id(p)] = torch.nn.Parameter(p.detach().to(getattr(torch, dtype)), requires_grad=False)
+                    kept.append((m, k, p))
+                    m._parameters[k] = casts[id(p)]
+        yield model
+    finally:
+        for m, k, p in kept:
+            m._parameters[k] = p
 
 
 def deterministic(device):

@@ -6,11 +6,21 @@ Cross-entropy on assistant tokens only (`example` builds each conversation's ids
 mask from the chat template message by message, with the encoders of rollout.py: content is
 plain text, the mask is 1 on assistant content and its eos by construction), token-mean over
 the optimizer step's batch, AdamW, cosine lr with linear warmup. Under torchrun each rank
-takes its share of every batch and the normaliser is summed over ranks, so the update equals
-the single-process one. The step is lib/optim.py's `optimizer_step` (clipped; a non-finite
-update is skipped and counted, `max_bad_updates` in a row stop the run).
+takes its share of every batch, the normaliser is the whole batch's count (every rank reads the
+batch; it was counted once per rank before, shrinking the gradient by the world size) and the
+logged loss is summed over ranks, so the update and the log equal the single-process ones. The
+step is lib/optim.py's `optimizer_step` (clipped; a non-finite update is skipped and counted,
+`max_bad_updates` in a row stop the run).
 
-    python -m pytest -q tests/test_train.py -k sft
+Forward/backward passes (`passes`): `micro_batch` conversations at a time, each pass padded to
+its longest; or, given a token budget (`tokens`, train.py's --sft-tokens), the rank's share of
+the step longest first, each pass as many as fit in rows x longest <= tokens (a longer one
+alone), so a pass never pads short conversations to a long one's length. The loss is normalised
+by the step's assistant tokens, not per pass, so the grouping changes it by float rounding only.
+Under torchrun every rank runs as many passes (FSDP2 pairs up their collectives): a rank with
+fewer adds empty ones (one pad id, nothing learned).
+
+    python -m pytest -q tests/test_train.py -k sft; tests/test_sft_tokens.py
 """
 import math
 import random
@@ -24,7 +34,7 @@ from tqdm import tqdm
 
 from lib.logprobs import token_logprobs
 from lib.optim import optimizer_step
-from lib.parallel import all_sum, world
+from lib.parallel import all_sum, gather, world
 from lib.chat import mark, render, template_ids
 from lib.text import take_unencodable
 
@@ -88,6 +98,24 @@ class SFTConfig:
     max_bad_updates: int   # non-finite updates in a row before stopping
     seed: int = 0          # the shuffle's seed
     device: str | None = None  # where the batches go (None: torch's default)
+    tokens: int | None = None  # padded ids per forward/backward (rows x longest); None: micro_batch rows
+
+
+def passes(rows, micro_batch, tokens, pad_id):
+    """`rows` ((ids, mask) each: this rank's share of a step) grouped for forward/backward passes:
+    `micro_batch` rows at a time in order (tokens None), else longest first, as many rows a pass
+    as keep rows x the longest's length <= `tokens` (a longer row alone). Padded with empty passes
+    ([pad_id], mask 0) to the most passes any rank runs."""
+    if tokens is None:
+        out = [rows[s:s + micro_batch] for s in range(0, len(rows), micro_batch)]
+    else:
+        out = []
+        for r in sorted(rows, key=lambda r: -len(r[0])):                   # longest first: a pass's first is longest
+            if out and (len(out[-1]) + 1) * len(out[-1][0][0]) <= tokens:
+                out[-1].append(r)
+            else:
+                out.append([r])
+    return out + [[([pad_id], [0])]] * (max(gather([len(out)])) - len(out))
 
 
 def warm_start(model, tok, convs, cfg, log):
@@ -113,11 +141,10 @@ def warm_start(model, tok, convs, cfg, log):
         rng.shuffle(order)
         for s in range(0, len(order), cfg.batch):
             rows = [data[i] for i in order[s:s + cfg.batch]]
-            n = all_sum(float(sum(sum(m) for _, m in rows)))  # tokens of the whole batch
+            n = sum(sum(m) for _, m in rows)                   # tokens of the whole batch (every rank has it)
             rows = rows[rank::world()]                         # this rank's share
             total = 0.0
-            for m0 in range(0, len(rows), cfg.micro_batch):
-                part = rows[m0:m0 + cfg.micro_batch]
+            for part in passes(rows, cfg.micro_batch, cfg.tokens, tok.pad_token_id):
                 L = max(len(x) for x, _ in part)
                 ids = torch.tensor([x + [tok.pad_token_id] * (L - len(x)) for x, _ in part], device=cfg.device)
                 attn = torch.tensor([[1] * len(x) + [0] * (L - len(x)) for x, _ in part], device=cfg.device)
@@ -125,7 +152,8 @@ def warm_start(model, tok, convs, cfg, log):
                 loss = -token_logprobs(model, ids, attn, mask).sum() / max(n, 1)  # token-mean over the step
                 (loss * world()).backward()  # FSDP averages gradients over ranks
                 total += loss.item()
-            bad, _, _ = optimizer_step(model, opt, all_sum(total), cfg.grad_clip, cfg.max_bad_updates, bad)
+            total = all_sum(total)                             # the step's loss, every rank's share
+            bad, _, _ = optimizer_step(model, opt, total, cfg.grad_clip, cfg.max_bad_updates, bad)
             sched.step()
             bar.update()
             bar.set_postfix(loss=f"{total:.3f}")

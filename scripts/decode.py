@@ -4,6 +4,7 @@ matmul floor.
 
     python scripts/decode.py                         # the 10M model, 64 rows, caches of 64, 256 and 512 ids, 1 thread
     python scripts/decode.py --rows 16 --contexts 1024 --steps 50
+    python scripts/decode.py --dtype bfloat16        # bf16 autocast: the weights cast once against at every step
 
 The model is scripts/vs_trl.py's "10M" (tiny.build_model: hidden 256, 12 layers, 8 heads, on
 a tokenizer trained on the shipped world). For each of --contexts, every row holds a cache of
@@ -14,6 +15,13 @@ table shows medians. The first compiled call compiles (one graph serves every co
 count): its time is printed apart, with the totals of --steps steps at the first context.
 Before timing, both steps' logits are compared at each context.
 
+--dtype bfloat16 runs the steps as train.py samples in bf16: under autocast on float32 weights,
+each matmul weight cast once beforehand (lib.parallel.cast_once), and adds a third step timed in
+the same loop, `recast`: the cached step on a float32 copy of the model under autocast alone, which
+casts every weight at every step (train.py's sampling before cast_once); `recast/cached` is the
+ratio. The cache stays float32 (what autocast on float32 weights writes: the rotary tables are
+float32), the floor's matmuls run in bf16.
+
 Floor: 2 x matmul parameters x rows (every layer's q, k, v, o, gate, up and down, and the
 head) plus attention's 4 x rows x heads x head size x context x layers, at the FLOP rate of
 the step's own matmuls (F.linear at --rows rows, timed in the same loop as the steps).
@@ -22,6 +30,7 @@ sum over a 400 MB tensor) is printed beside it, since at long contexts the step 
 memory, not FLOPs.
 """
 import argparse
+import copy
 import os
 import statistics
 import sys
@@ -32,6 +41,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lib import compiled, sampler, tiny  # noqa: E402
+from lib.parallel import autocast, cast_once  # noqa: E402
 from lib.data import load_sft, load_tasks  # noqa: E402
 
 SHAPE = (256, 12, 8)  # hidden, layers, heads: scripts/vs_trl.py's "10M"
@@ -63,12 +73,13 @@ def cache_of(model, rows, context):
     return sampler.Cache(layers=layers)
 
 
-def matmuls(model, rows):
-    """The step's matmuls alone at `rows` rows (every layer's q, k, v, o, gate, up and down, and
-    the head): a function running them, and their FLOPs."""
+def matmuls(model, rows, dtype=torch.float32):
+    """The step's matmuls alone at `rows` rows in `dtype` (every layer's q, k, v, o, gate, up and
+    down, and the head): a function running them, and their FLOPs."""
     weights = [w for name, w in model.named_parameters() if w.dim() == 2 and "embed" not in name]
     weights.append(model.lm_head.weight)                                       # tied: the embedding, as the head
-    xs = [torch.randn(rows, w.shape[1]) for w in weights]                      # (B, in) each
+    weights = [w.detach().to(dtype) for w in weights]
+    xs = [torch.randn(rows, w.shape[1], dtype=dtype) for w in weights]         # (B, in) each
     return (lambda: [F.linear(x, w) for x, w in zip(xs, weights)]), 2 * rows * sum(w.numel() for w in weights)
 
 
@@ -78,21 +89,38 @@ def main(argv=None):
     p.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS), help="cache columns of every row")
     p.add_argument("--steps", type=int, default=STEPS, help="timed steps of each sampler at each context")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="compute dtype (autocast)")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     world = load_tasks("data/world/rl.jsonl")
     tok = tiny.build_tokenizer(tiny.world_texts(world, load_sft("data/world/sft.jsonl")))
     model = tiny.build_model(tok, 0, *SHAPE).eval()
-    steps = {"cached": sampler.forward, "compiled": compiled.compiled}
-    mm, mm_flops = matmuls(model, a.rows)
+    mm = matmuls(model, a.rows, getattr(torch, a.dtype))
     stream = 4 * STREAM / median_time(torch.ones(STREAM).sum, 5)              # bytes/s
     params = sum(x.numel() for x in model.parameters()) / 1e6
-    print(f"10M model ({params:.2f}M parameters), {a.rows} rows, {a.threads} thread(s); medians of {a.steps} "
-          f"alternating steps; floor = FLOPs at the step's own matmuls' rate; read = the cache's keys and values "
-          f"at {stream / 1e9:.1f} GB/s")
+    print(f"10M model ({params:.2f}M parameters), {a.rows} rows, {a.threads} thread(s), {a.dtype}; medians of "
+          f"{a.steps} alternating steps; floor = FLOPs at the step's own matmuls' rate; read = the cache's keys and "
+          f"values at {stream / 1e9:.1f} GB/s")
+    recast = copy.deepcopy(model) if a.dtype != "float32" else None           # float32 weights, cast at every step
     print(f"{'context':>7} {'cached ms':>9} {'compiled ms':>11} {'floor ms':>8} {'GFLOP':>6} {'GFLOP/s':>7} "
-          f"{'read ms':>7} {'cached/floor':>12} {'compiled/floor':>14} {'max |diff|':>10}")
+          f"{'read ms':>7} {'cached/floor':>12} {'compiled/floor':>14} {'max |diff|':>10}"
+          + (f" {'recast ms':>9} {'recast/cached':>13} {'recast |diff|':>13}" if recast else ""))
+    with cast_once(model, a.dtype):                                            # as train.py samples
+        first, compile_s = table(a, model, recast, mm, stream)
+    saved = (first["cached"] - first["compiled"]) / 1e3                        # s a step
+    print(f"compile (the first compiled call): {compile_s:.1f} s; {a.steps} steps at context {a.contexts[0]}, "
+          f"compile included: cached {a.steps * first['cached'] / 1e3:.2f} s, compiled "
+          f"{compile_s + a.steps * first['compiled'] / 1e3:.2f} s; the compile is paid back after "
+          + (f"{compile_s / saved:.0f} steps" if saved > 0 else "no number of steps"))
+    return 0
+
+
+def table(a, model, recast, mm, stream):
+    """The table's rows, one per context of `a.contexts`: the steps timed alternately on `model`
+    (and the `recast` step on that float32 copy, when given), beside their floor. Returns (the
+    first context's median ms per step, the compile's seconds)."""
+    (mm, mm_flops), steps = mm, {"cached": sampler.forward, "compiled": compiled.compiled, "recast": sampler.forward}
     compile_s, first = None, None  # the compile time; the first context's step times
     for n in a.contexts:
         cache = cache_of(model, a.rows, n)
@@ -101,8 +129,8 @@ def main(argv=None):
         mask = torch.ones(a.rows, n + 1, dtype=torch.long)                     # (B, n + 1)
 
         def run(name):
-            with torch.no_grad():
-                logits = steps[name](model, feed, pos, mask, cache)           # (B, V)
+            with torch.no_grad(), autocast(a.dtype, "cpu"):
+                logits = steps[name](recast if name == "recast" else model, feed, pos, mask, cache)  # (B, V)
             for layer in cache.layers:
                 layer.fill(n)  # forget the new column
             return logits
@@ -112,6 +140,9 @@ def main(argv=None):
         diff = (run("compiled") - want).abs().max().item()
         compile_s = time.perf_counter() - t if compile_s is None else compile_s
         jobs = {"cached": lambda: run("cached"), "compiled": lambda: run("compiled"), "matmuls": mm}
+        if recast:
+            jobs["recast"] = lambda: run("recast")
+            recast_diff = (run("recast") - want).abs().max().item()
         times = {name: [] for name in jobs}
         for _ in range(a.steps):
             for name, job in jobs.items():
@@ -124,14 +155,10 @@ def main(argv=None):
         floor_ms = 1e3 * flops / rate
         read_ms = 1e3 * 2 * 4 * sum(layer.keys.numel() for layer in cache.layers) / stream  # keys and values, float32
         print(f"{n:>7} {ms['cached']:9.1f} {ms['compiled']:11.1f} {floor_ms:8.1f} {flops / 1e9:6.2f} {rate / 1e9:7.0f} "
-              f"{read_ms:7.1f} {ms['cached'] / floor_ms:12.2f} {ms['compiled'] / floor_ms:14.2f} {diff:10.1e}")
+              f"{read_ms:7.1f} {ms['cached'] / floor_ms:12.2f} {ms['compiled'] / floor_ms:14.2f} {diff:10.1e}"
+              + (f" {ms['recast']:9.1f} {ms['recast'] / ms['cached']:13.2f} {recast_diff:13.1e}" if recast else ""))
         first = first or ms
-    saved = (first["cached"] - first["compiled"]) / 1e3                        # s a step
-    print(f"compile (the first compiled call): {compile_s:.1f} s; {a.steps} steps at context {a.contexts[0]}, "
-          f"compile included: cached {a.steps * first['cached'] / 1e3:.2f} s, compiled "
-          f"{compile_s + a.steps * first['compiled'] / 1e3:.2f} s; the compile is paid back after "
-          + (f"{compile_s / saved:.0f} steps" if saved > 0 else "no number of steps"))
-    return 0
+    return first, compile_s
 
 
 if __name__ == "__main__":

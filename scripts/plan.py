@@ -22,6 +22,10 @@ With LoRA (train.py --lora-r, one process): the base stays float32 and frozen (4
 gradient, no AdamW state), the reference is the base with the adapters off (no copy), and each
 adapter parameter costs 16 B; activations and the KV cache are as without. `--cards` prints the
 peak per GPU of several settings and the smallest of CARDS each fits (docs/memory.md).
+
+Besides the passes (`casts`, `endpoint_s`): the casts of the float32 weights to bf16 (their bytes
+moved at the bandwidth, and the cast copy sampling holds), and the time the step waits for the
+simulator and the judge, from stated seconds per request (flags; assumed, not measured).
 """
 import argparse
 import os
@@ -53,8 +57,15 @@ ROLLOUTS, PROMPTS = 2048, 128  # per step: 128 prompts x G = 16
 STEPS_PER_EPOCH = 31_818 // 128  # the release's RL split
 FREE = 0.10            # of a card, left to what is not counted here (CUDA context, fragmentation, the sampler's
                        # transients): vLLM's default gpu_memory_utilization is 0.9
-GEN_BATCH = 32         # --gen-batch of the paper preset: the most rows, a multiple of G, whose sampling peak on one
+GEN_BATCH = 16         # --gen-batch of the paper preset: the most rows, a multiple of G, whose sampling peak on one
                        # 80 GB GPU leaves FREE (tests/test_recipe.py)
+CAST = 6               # bytes moved by casting one weight: a float32 read and a bf16 write
+NO_GRAD_ROWS = 8       # rows per no-grad log-prob pass (lib/logprobs.py)
+SIM_S, JUDGE_S = 2.0, 20.0  # assumed s per simulator request (a short tool answer) and per judge rating (GPT-OSS
+                            # reasoning within its 8,192 tokens, lib/llm.py); not measured: flags
+CALLS = 3.0            # assumed simulator requests (tool calls) per rollout: a flag
+SIM_WORKERS = 20       # simulator requests in flight per rank (lib/llm.py Client's workers, the release's 20)
+JUDGE_WORKERS = 16     # judge requests in flight per rank (rewards.score_rollouts' workers)
 
 
 def config(name):
@@ -102,7 +113,7 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
     n, f, bwd_ratio = measure(cfg, prompt + response)
     h, layers = cfg.hidden_size, cfg.num_hidden_layers
     kv_dim = cfg.num_key_value_heads * (h // cfg.num_attention_heads)
-    kv = 2 * layers * kv_dim * BF16                                                   # KV bytes per token
+    kv = kv_bytes(cfg, gpus)                                                          # KV bytes per token
     seq = prompt + response
     tokens = PROMPTS * prompt + ROLLOUTS * response                                   # T: each prompt once per group
     flops = {"sampling": f * tokens, "log-probs": 2 * f * tokens, "update": (2 + bwd_ratio) * f * tokens}
@@ -112,7 +123,7 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
     read = weights + gen_batch * (prompt + response / 2) * kv                         # bytes per decode step
     sample_s = decode_steps * read / bw
     states = n * BASE_BYTES + adapter_params(cfg, lora_r) * ADAPTER_BYTES if lora_r else n * STATE_BYTES / gpus
-    gathered = weights if gpus > 1 else 0                                             # the bf16 policy for sampling
+    gathered = weights  # the bf16 policy sampling reads: FSDP2's gathered copy, or one process's cast (`casts`)
     layer_acts = BF16 * (6 * h + 2 * kv_dim + 4 * cfg.intermediate_size)              # one layer, per token
     acts = micro_batch * seq * (layers * BF16 * h + layer_acts) + LOGIT_CHUNK * cfg.vocab_size * 4
     sampling, training = states + gathered + gen_batch * seq * kv, states + acts
@@ -124,13 +135,13 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
 
 
 def card(peak):
-    """The smallest of CARDS (GB) that holds `peak` bytes, or None."""
-    return next((c for c in CARDS if peak <= c * 1e9), None)
+    """The smallest of CARDS (GB) that holds `peak` bytes and leaves FREE of it, or None."""
+    return next((c for c in CARDS if peak <= c * 1e9 * (1 - FREE)), None)
 
 
 SETTINGS = [  # (label, gpus, --gen-batch, --micro-batch, LoRA rank) printed by --cards
-    ("full fine-tuning", 1, 32, 8, 0), ("full fine-tuning", 1, 32, 1, 0), ("full fine-tuning, FSDP2", 8, 64, 8, 0),
-    ("LoRA r 8", 1, 32, 8, 8), ("LoRA r 8", 1, 16, 2, 8), ("LoRA r 64", 1, 16, 2, 64)]
+    ("full fine-tuning", 1, 32, 8, 0), ("full fine-tuning", 1, 16, 1, 0), ("full fine-tuning, FSDP2", 8, 64, 8, 0),
+    ("LoRA r 8", 1, 16, 2, 8), ("LoRA r 8", 1, 4, 1, 8), ("LoRA r 64", 1, 4, 1, 64)]
 
 
 def cards(model):
@@ -147,6 +158,44 @@ def cards(model):
               f"{x['training_peak'] / 1e9:>9.1f}G  {f'{c} GB' if c else 'none'}")
 
 
+def kv_bytes(cfg, gpus):
+    """KV cache bytes per token. Under FSDP2 keys and values are bf16; in one process the
+    embeddings stay float32 under autocast, so the rotary tables are float32 and the rotated keys
+    come out float32 (values bf16: measured on the tiny Qwen2, torch 2.13, transformers 5.24)."""
+    kv_dim = cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads)
+    return cfg.num_hidden_layers * kv_dim * (BF16 + (BF16 if gpus > 1 else 4))
+
+
+def casts(cfg, gpus, gen_batch, micro_batch, response=RESPONSE, bw=BANDWIDTH):
+    """The casts of one step's weights to bf16, per GPU: the bytes of the cast copy sampling
+    holds, and seconds of their traffic (CAST bytes a weight) at `bw`. One process casts each
+    matmul weight (every nn.Linear's: what autocast casts) once for sampling and the old log-probs
+    (lib.parallel.cast_once), then at every forward of the update (a micro-batch's forward and its
+    checkpointed recompute); FSDP2 casts every parameter's shard before each all-gather: once to
+    sample, once per no-grad log-prob pass, twice per micro-batch (forward, backward).
+    `per_token_s`: sampling's casts when every decode step cast every weight (before cast_once)."""
+    with torch.device("meta"):
+        m = Qwen2ForCausalLM(cfg)
+    n = sum(p.numel() for p in m.parameters())
+    if gpus == 1:
+        n = sum(p.numel() for x in m.modules() if isinstance(x, torch.nn.Linear) for p in x.parameters(recurse=False))
+    cast = CAST * n / gpus / bw                                                       # s, one cast of this GPU's part
+    rows = ROLLOUTS / gpus
+    return {"copy": BF16 * n, "sample_s": cast,
+            "logprob_s": 0.0 if gpus == 1 else rows / NO_GRAD_ROWS * cast,
+            "update_s": 2 * rows / micro_batch * cast,
+            "per_token_s": rows / gen_batch * response * cast if gpus == 1 else 0.0}
+
+
+def endpoint_s(gpus, sim_s=SIM_S, judge_s=JUDGE_S, calls=CALLS):
+    """Seconds a step waits for the frozen LLMs, on each rank: its rollouts' `calls` simulator
+    requests each at `sim_s`, SIM_WORKERS at a time, and one judge rating each at `judge_s`,
+    JUDGE_WORKERS at a time. Neither overlaps the GPU work (a turn's tool answers come before the
+    next turn is sampled, the ratings after the rollouts); perfect packing, so a lower bound."""
+    rows = ROLLOUTS / gpus
+    return {"sim_s": rows * calls * sim_s / SIM_WORKERS, "judge_s": rows * judge_s / JUDGE_WORKERS}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=sorted(SHAPES), default="3B")
@@ -156,6 +205,9 @@ def main(argv=None):
     p.add_argument("--micro-batch", type=int, default=8, help="rollouts per forward/backward")
     p.add_argument("--mfu", type=float, default=MFU)
     p.add_argument("--cards", action="store_true", help="memory per GPU with and without LoRA against CARDS instead")
+    p.add_argument("--sim-s", type=float, default=SIM_S, help="seconds per simulator request (assumed)")
+    p.add_argument("--judge-s", type=float, default=JUDGE_S, help="seconds per judge rating (assumed)")
+    p.add_argument("--calls", type=float, default=CALLS, help="simulator requests per rollout (assumed)")
     a = p.parse_args(argv)
     if a.cards:
         return cards(a.model)
@@ -173,6 +225,21 @@ def main(argv=None):
         print(f"  time: sampling {r['sample_s'] / 60:.1f} min (bandwidth bound), log-probs + update "
               f"{r['train_s'] / 60:.1f} min at MFU {a.mfu:.0%}; step {r['step_s'] / 60:.1f} min, "
               f"epoch ({STEPS_PER_EPOCH} steps) {r['epoch_h']:.0f} h")
+        print_extras(cfg, gpus, gb, a, r["step_s"])
+
+
+def print_extras(cfg, gpus, gen_batch, a, step_s):
+    """The lines for `casts` and `endpoint_s`, and the step with them (`step_s`: the passes alone)."""
+    c, e = casts(cfg, gpus, gen_batch, a.micro_batch), endpoint_s(gpus, a.sim_s, a.judge_s, a.calls)
+    cast_s, wait_s = c["sample_s"] + c["logprob_s"] + c["update_s"], e["sim_s"] + e["judge_s"]
+    print(f"  casts to bf16: copy held while sampling {c['copy'] / 1e9:.1f} GB (in the sampling peak); traffic "
+          f"{cast_s:.1f} s a step (sampling {c['sample_s']:.2f} s, log-probs {c['logprob_s']:.1f} s, update "
+          f"{c['update_s']:.1f} s)" + (f"; at every decode step instead: {c['per_token_s'] / 60:.1f} min"
+                                      if c["per_token_s"] else ""))
+    print(f"  frozen LLMs (assumed {a.sim_s:g} s a simulator request x {a.calls:g} a rollout, {a.judge_s:g} s a "
+          f"rating): simulator {e['sim_s'] / 60:.1f} min, judge {e['judge_s'] / 60:.1f} min; step with casts and "
+          f"frozen LLMs {(step_s + cast_s + wait_s) / 60:.1f} min, "
+          f"epoch {(step_s + cast_s + wait_s) * STEPS_PER_EPOCH / 3600:.0f} h")
 
 
 if __name__ == "__main__":

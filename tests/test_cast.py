@@ -1,0 +1,145 @@
+"""One cast of the weights per RL step (lib.parallel.cast_once): train.py in bf16 on a CPU, its
+casts counted as they happen (every float32 -> bf16 copy torch makes of a policy weight's storage)."""
+import collections
+import contextlib
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import train
+from helpers import write_world
+
+
+class Casts(TorchDispatchMode):
+    """Counts bf16 copies of the storages in `weights` (data pointer -> name), by phase, and the
+    forward passes (embedding lookups) of each phase."""
+
+    def __init__(self, weights, phase):
+        super().__init__()
+        self.weights, self.phase = weights, phase
+        self.casts, self.forwards = collections.defaultdict(collections.Counter), collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        x = args[0] if args else None
+        if func is torch.ops.aten._to_copy.default and kwargs.get("dtype") == torch.bfloat16 \
+                and x.dtype == torch.float32 and x.untyped_storage().data_ptr() in self.weights:
+            self.casts[self.phase[0]][self.weights[x.untyped_storage().data_ptr()]] += 1
+        if func is torch.ops.aten.embedding.default:
+            self.forwards[self.phase[0]] += 1
+        return func(*args, **kwargs)
+
+
+def counted_run(argv, monkeypatch):
+    """train.main(argv) with each RL step's and eval's casts counted: per call, (casts before
+    the update by weight, casts in the update, forwards before the update), and the names of the
+    weights autocast casts (every nn.Linear's weight and bias; a tied head by its embedding's name)."""
+    phase, calls, linear = ["before"], [], set()
+
+    def counting(f):
+        def run(model, *args):
+            weights = {p.untyped_storage().data_ptr(): n for n, p in model.named_parameters()}
+            linear.update(weights[p.untyped_storage().data_ptr()] for mod in model.modules()
+                          if isinstance(mod, torch.nn.Linear) for p in mod.parameters(recurse=False))
+            phase[0] = "before"
+            with Casts(weights, phase) as c:
+                out = f(model, *args)
+            calls.append((f.__name__, c.casts["before"], sum(c.casts["update"].values()), c.forwards["before"]))
+            return out
+        return run
+
+    def update(*args):
+        phase[0] = "update"
+        return ppo_update(*args)
+
+    ppo_update = train.ppo_update
+    monkeypatch.setattr(train, "ppo_update", update)
+    monkeypatch.setattr(train, "rl_step", counting(train.rl_step))
+    monkeypatch.setattr(train, "run_eval", counting(train.run_eval))
+    train.main(argv)
+    return calls, linear
+
+
+def test_bf16_sampling_casts_each_weight_once_per_rl_step(tmp_path, monkeypatch):
+    """The user's command in bf16 (toy size, 2 RL steps, evals before and after): each RL step
+    casts each matmul weight once before its update (sampling and the recomputed old log-probs
+    read that cast), each eval once, however many tokens they decode; the update casts as autocast
+    does (at every forward). With cast_once switched off (autocast alone, as before), every
+    forward casts every weight, and the run is the same bit for bit: rollouts, evals and final
+    weights (so the cast is never stale: each step casts the weights its previous update left)."""
+    rl, sft = write_world(tmp_path)
+    argv = ["--data", rl, "--sft-data", sft, "--eval-data", rl, "--eval-limit", "2", "--sft-limit", "4",
+            "--sft-epochs", "1", "--steps", "2", "--group-size", "2", "--prompts-per-step", "2", "--mini-batch", "1",
+            "--max-tokens", "40", "--max-turns", "2", "--tiny-size", "32", "1", "2", "--lr", "1e-2",
+            "--dtype", "bfloat16", "--show", "0"]
+    runs = {}
+    for how in ("once", "autocast"):
+        if how == "autocast":
+            monkeypatch.setattr(train, "cast_once", lambda model, dtype: contextlib.nullcontext(model))
+        out = tmp_path / how
+        runs[how] = counted_run(argv + ["--out", str(out)], monkeypatch)
+        monkeypatch.undo()
+    (once, linear), (each, _) = runs["once"], runs["autocast"]
+    assert [c[0] for c in once] == ["run_eval", "rl_step", "rl_step", "run_eval"]
+    for name, before, update, forwards in once:
+        assert forwards > 10                                        # many decoding steps (and log-prob passes)
+        assert before == dict.fromkeys(linear, 1), name             # one cast per weight, whatever was decoded
+        assert (update > 0) == (name == "rl_step")                  # the update: autocast on float32 masters
+    for (name, before, update, forwards), (_, _, u1, _) in zip(each, once):
+        assert set(before) == linear and min(before.values()) > 10, name  # before: each forward cast each weight
+        assert update == u1
+    for f in ("rollouts.jsonl", "eval.jsonl"):
+        assert open(tmp_path / "once" / f).read() == open(tmp_path / "autocast" / f).read()
+    a, b = (load_file(tmp_path / how / "final" / "model.safetensors") for how in ("once", "autocast"))
+    start = load_file(tmp_path / "once" / "sft" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], start[k]) for k in a)                      # the RL steps moved the weights
+
+
+def test_cast_once_puts_the_float32_masters_back():
+    """Inside: the matmul weights are bf16 casts (the tied head too), the embedding float32; on
+    exit, also by an error, the very float32 parameters the optimizer holds are back."""
+    from helpers import tiny_model
+    from lib.parallel import cast_once
+    model = tiny_model()
+    before = dict(model.named_parameters())
+    with pytest.raises(RuntimeError):
+        with cast_once(model, "bfloat16"):
+            assert model.lm_head.weight.dtype == model.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
+            assert model.model.embed_tokens.weight.dtype == torch.float32
+            raise RuntimeError
+    assert all(p is before[n] for n, p in model.named_parameters())
+    assert model.lm_head.weight is model.model.embed_tokens.weight                 # tied again
+
+
+def test_plan_counts_the_casts_the_kv_dtype_and_the_frozen_llms():
+    """scripts/plan.py's `casts`, `kv_bytes` and `endpoint_s` on a small config, against counts by hand."""
+    from transformers import Qwen2Config
+    from scripts import plan as P
+    cfg = Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    matmul = 3 * (64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128 + 64 + 32 + 32) + 64 * 1000  # q, o; k, v; mlp; biases; head
+    every = matmul + 3 * 2 * 64 + 64                                                       # + the norms
+    one, two = P.casts(cfg, 1, gen_batch=4, micro_batch=2, response=8, bw=1.0), P.casts(cfg, 2, 4, 2, 8, bw=1.0)
+    assert one == {"copy": 2 * matmul, "sample_s": 6 * matmul, "logprob_s": 0.0,
+                   "update_s": 2 * P.ROLLOUTS / 2 * 6 * matmul, "per_token_s": P.ROLLOUTS / 4 * 8 * 6 * matmul}
+    assert two == {"copy": 2 * every, "sample_s": 3 * every, "logprob_s": P.ROLLOUTS / 2 / 8 * 3 * every,
+                   "update_s": 2 * P.ROLLOUTS / 2 / 2 * 3 * every, "per_token_s": 0.0}
+    assert P.kv_bytes(cfg, 1) == 3 * 32 * (4 + 2) and P.kv_bytes(cfg, 2) == 3 * 32 * (2 + 2)  # float32 keys alone
+    assert P.endpoint_s(2, sim_s=2.0, judge_s=10.0, calls=3.0) == {
+        "sim_s": P.ROLLOUTS / 2 * 3 * 2.0 / P.SIM_WORKERS, "judge_s": P.ROLLOUTS / 2 * 10.0 / P.JUDGE_WORKERS}
+
+
+def test_one_process_bf16_kv_cache_has_float32_keys():
+    """What plan.kv_bytes counts for one process: under autocast on float32 weights (cast once or
+    not) the sampler's cache holds float32 keys (float32 rotary tables rotate them) and bf16 values."""
+    from helpers import tiny_model
+    from lib import sampler
+    from lib.parallel import autocast, cast_once
+    model = tiny_model()
+    with torch.no_grad(), autocast("bfloat16", "cpu"), cast_once(model, "bfloat16"):
+        (_, _, kv), = sampler.sample(model, [None], [[1, 2, 3]], [2], 0.0, stops=[])
+    keys, values = kv[0]
+    assert keys.dtype == torch.float32 and values.dtype == torch.bfloat16
