@@ -4,6 +4,7 @@
     python scripts/reproduce.py --noise 0 0.5 1.0      # SLCA and GRPO at each judge-noise level; seeds 0 1 2
     python scripts/reproduce.py --bonus 0 1            # the diagnostic: SLCA and GRPO on the bonus world at K = 0, 1
     python scripts/reproduce.py --powered              # the pre-registered diagnostic: K = 0, 2, half-marked, 4 seeds
+    python scripts/reproduce.py --powered-arg          # its other direction: a wrong argument, K = 0, 1, 4 seeds
     python scripts/reproduce.py --turn-credit 0.5      # SLCA, GRPO and SLCA with per-turn credit ω = 0.5; seeds 0 1 2
     python scripts/reproduce.py --size toy             # the same on a toy size, in seconds (tests/test_reproduce.py)
     python scripts/reproduce.py -- --steps 12          # flags after -- go to every train.py run
@@ -49,6 +50,10 @@ the sweep (and --turn-credit) reuses the comparison's slca and grpo runs. Output
                    the same table, then the primary measure (the sampled rate pooled over the last
                    third of RL steps, K=2 - K=0 paired t per algorithm), the falsifiers, the
                    manipulation check and the credit gap at the decision token
+    powered-arg.md, .json, .png   (--powered-arg) the same for the other direction: make_world's
+                   --wrong world at K = 0, 1 (<out>/world-wrong-half-k<K>/, 181 marked eval rows),
+                   from its own SFT starts (<out>/sft-wrong-s<seed>/); the measure is the share of
+                   marked rollouts that call the marked tool with the wrong argument
     turn.md, turn.json, turn-curves.png   (--turn-credit ω) per-turn credit (README Eq. 14): slca,
                    grpo and slca-turn@ω; held-out Success@0.9, Process and tool turns overall and
                    Success@0.9 and Process by parallel type, the training turn_conflict (the share
@@ -74,7 +79,7 @@ ALGOS = {  # name -> train.py flags (docs/method.md §7 ablations)
     "no-sgls": ["--algo", "slca", "--no-sgls"],     # w/o SGLS: no tool definition, no checks 2-4
 }
 NOISE_ALGOS = ["slca", "grpo"]
-POWERED_K = [0, 2]  # --powered's K values (README "Credit misattribution, constructed": the pre-registration)
+POWERED_K = {False: [0, 2], True: [0, 1]}  # K of --powered and --powered-arg (docs/diagnostic.md, pre-registered)
 TURN_ALGOS = ["slca", "grpo"]  # --turn-credit: the baselines beside slca-turn@ω
 
 
@@ -165,30 +170,34 @@ def curves(run):
             for s, m in sorted(metrics.items())]
 
 
-HALF_SCALE = 6  # --powered: the larger world's size; its eval split holds 175 marked rows (scripts/make_world.py, measured)
+# --powered / --powered-arg: the larger world's size; its eval split holds 175 / 181 marked rows
+# (scripts/make_world.py --bonus 2 / --wrong 1, seed 0, measured)
+HALF_SCALE = {False: 6, True: 10}
 
 
-def bonus_world(out, k, scale, half=False):
-    """Writes the diagnostic world at K = k into <out>/world-k<k>/; returns its file paths. half
-    (--powered): <out>/world-half-k<k>/ holds only rl and eval, from a world HALF_SCALE times
-    larger: all its marked RL rows and as many unmarked ones (a seeded draw, the same for every
-    K), in the world's order, and its marked eval rows."""
+def bonus_world(out, k, scale, half=False, wrong=False):
+    """Writes the diagnostic world at K = k into <out>/world-k<k>/ (wrong: make_world's --wrong
+    world, <out>/world-wrong-k<k>/); returns its file paths. half (--powered, --powered-arg):
+    <out>/world-half-k<k>/ (world-wrong-half-k<k>/) holds only rl and eval, from a world
+    HALF_SCALE times larger: all its marked RL rows and as many unmarked ones (a seeded draw, the
+    same for every K), in the world's order, and its marked eval rows."""
     import importlib.util
     import random
     spec = importlib.util.spec_from_file_location("make_world", os.path.join(ROOT, "scripts", "make_world.py"))
     mw = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mw)
-    folder = os.path.join(out, f"world-half-k{k}" if half else f"world-k{k}")
+    folder = os.path.join(out, "world" + "-wrong" * wrong + "-half" * half + f"-k{k}")
     os.makedirs(folder, exist_ok=True)
+    kw = {"wrong_k": k} if wrong else {"bonus_k": k}
     if half:
-        world = mw.generate(0, HALF_SCALE * scale, bonus_k=k)
+        world = mw.generate(0, HALF_SCALE[wrong] * scale, **kw)
         marked = lambda r: "bonus_call" in r["extra_info"]  # noqa: E731
         rest = [i for i, r in enumerate(world["rl"]) if not marked(r)]
         pick = set(random.Random(0).sample(rest, min(len(rest), sum(map(marked, world["rl"])))))
         world = {"rl": [r for i, r in enumerate(world["rl"]) if marked(r) or i in pick],
                  "eval": [r for r in world["eval"] if marked(r)]}
     else:
-        world = mw.generate(0, scale, bonus_k=k)
+        world = mw.generate(0, scale, **kw)
     paths = {}
     for name, rows in world.items():
         paths[name] = os.path.join(folder, f"{name}.jsonl")
@@ -215,12 +224,14 @@ def pooled(rows, steps):
     return statistics.fmean(xs) if xs else None
 
 
-def contrast(rows, grpo):
-    """Over the marked groups that hold both callers and non-callers: the mean over groups of the
-    callers' mean minus the non-callers' mean of S_sum, S_process and the advantage at the decision
-    token (the first token after the turn that decides call vs summarise: a caller's is its call's,
-    in the tool segment, Â_tool under SLCA; a non-caller's is its summary's first, Â_sum; under
-    GRPO both get Eq. 6's Â, recomputed here from the logged scores). None where no group has both."""
+def contrast(rows, grpo, inside=False):
+    """Over the marked groups that hold both callers (of the marked call) and non-callers: the mean
+    over groups of the callers' mean minus the non-callers' mean of S_sum, S_process and the
+    advantage at the decision token. --bonus: the first token after the turn that decides call vs
+    summarise; a caller's opens its call, in the tool segment, Â_tool under SLCA; a non-caller's
+    opens the summary, Â_sum. `inside` (--wrong): the argument's tokens, inside the call, Â_tool
+    either way. Under GRPO every token gets Eq. 6's Â, recomputed here from the logged scores.
+    None where no group has both."""
     import torch
     from advantage import grpo_advantages
     groups = {}
@@ -234,7 +245,7 @@ def contrast(rows, grpo):
             continue
         adv = (grpo_advantages(torch.tensor([r["score"] for r in g], dtype=torch.float64),
                                torch.zeros(len(g), dtype=torch.long)).tolist() if grpo else
-               [r["adv_tool"] if c else r["adv_sum"] for r, c in zip(g, callers)])  # (G,)
+               [r["adv_tool"] if c or inside else r["adv_sum"] for r, c in zip(g, callers)])  # (G,)
         cols = {"summary": [r["summary"] for r in g], "process": [r["process"] for r in g], "decision": adv}
         for k, xs in cols.items():
             diffs[k].append(statistics.fmean([x for x, c in zip(xs, callers) if c])
@@ -266,9 +277,9 @@ def bonus_summary(runs):
         first, last = thirds(rows) if rows else (set(), set())
         row["first"].append(pooled(rows, first))
         row["last"].append(pooled(rows, last))
-        grpo = name.startswith("grpo")
-        row["early"].append(contrast([r for r in rows if r["step"] in first], grpo))
-        row["whole"].append(contrast(rows, grpo))
+        grpo, inside = name.startswith("grpo"), "-wrong-" in name
+        row["early"].append(contrast([r for r in rows if r["step"] in first], grpo, inside))
+        row["whole"].append(contrast(rows, grpo, inside))
     return out
 
 
@@ -325,16 +336,19 @@ def falsifiers(res, ks):
     return lines
 
 
-def powered(res):
-    """--powered's pre-registered reading (README "Credit misattribution, constructed"): the
-    primary measure per algorithm, the falsifiers, the manipulation check and the credit gap."""
-    eff = {a: paired(res[f"{a}-half-k2"]["last"], res[f"{a}-half-k0"]["last"]) for a in NOISE_ALGOS}
-    early = [c for c in res["grpo-half-k2"]["early"] if c["groups"]]
+def powered(res, tag="half", k=2):
+    """--powered's (tag "half", K = 0, k) or --powered-arg's ("wrong", K = 0, 1) pre-registered
+    reading (docs/diagnostic.md): the primary measure per algorithm, the falsifiers, the
+    manipulation check and the credit gap."""
+    hi, lo = (lambda a: res[f"{a}-{tag}-k{k}"]), (lambda a: res[f"{a}-{tag}-k0"])  # noqa: E731
+    eff = {a: paired(hi(a)["last"], lo(a)["last"]) for a in NOISE_ALGOS}
+    early = [c for c in hi("grpo")["early"] if c["groups"]]
     s_sum, s_proc = (statistics.fmean([c[k] for c in early]) if early else None for k in ("summary", "process"))
     manip = s_sum is not None and s_sum > 0 and s_proc < 0
-    lines = [f"Primary: marked training rollouts that made the bonus call, pooled over the last third of RL steps, "
-             f"K=2 - K=0 paired by seed: {a} {says(e) if e else '(needs 2 seeds)'}" for a, e in eff.items()]
-    lines.append(f"Manipulation check (grpo K=2, first third of steps, {len(early)} seeds with mixed groups): callers' "
+    what = "the wrong-argument call" if tag == "wrong" else "the bonus call"
+    lines = [f"Primary: marked training rollouts that made {what}, pooled over the last third of RL steps, "
+             f"K={k} - K=0 paired by seed: {a} {says(e) if e else '(needs 2 seeds)'}" for a, e in eff.items()]
+    lines.append(f"Manipulation check (grpo K={k}, first third of steps, {len(early)} seeds with mixed groups): callers' "
                  f"S_sum - non-callers' {s_sum if s_sum is None else f'{s_sum:+.3f}'}, S_process "
                  f"{s_proc if s_proc is None else f'{s_proc:+.3f}'} -> " + ("passed" if manip else "FAILED"))
     g, sl = eff["grpo"], eff["slca"]
@@ -344,14 +358,13 @@ def powered(res):
                                      else f"{fail}: t under the critical value"))
         lines.append("(b) slca against grpo: " + (f"{fail}: SLCA's effect at or above GRPO's" if sl["mean"] >= g["mean"]
                                                   else "protection: SLCA's effect below GRPO's"))
-        dd = paired([x - y for x, y in zip(res["grpo-half-k2"]["last"], res["grpo-half-k0"]["last"])],
-                    [x - y for x, y in zip(res["slca-half-k2"]["last"], res["slca-half-k0"]["last"])])
+        dd = paired(*([x - y for x, y in zip(hi(a)["last"], lo(a)["last"])] for a in ("grpo", "slca")))
         if dd:
             lines.append(f"Secondary: grpo's effect - slca's, paired: {says(dd)}")
     for a in NOISE_ALGOS:
-        e = paired(res[f"{a}-half-k2"]["after"]["redundant"], res[f"{a}-half-k0"]["after"]["redundant"])
+        e = paired(hi(a)["after"]["redundant"], lo(a)["after"]["redundant"])
         if e:
-            lines.append(f"Secondary: held-out marked eval, greedy, after RL, K=2 - K=0, {a}: {says(e)}")
+            lines.append(f"Secondary: held-out marked eval, greedy, after RL, K={k} - K=0, {a}: {says(e)}")
     for name, r in res.items():  # reported without thresholds
         gaps = [c["decision"] for c in r["whole"]]
         lines.append(f"Credit gap at the decision token, {name} (callers' minus non-callers' advantage, all steps, "
@@ -359,8 +372,9 @@ def powered(res):
     return lines
 
 
-def bonus_table(res, ks):
-    """The marked prompts' table, per seed, and the checks: --bonus's falsifiers (ks), or --powered's (ks None)."""
+def bonus_table(res, ks, tag="half"):
+    """The marked prompts' table, per seed, and the checks: --bonus's falsifiers (ks), or those of
+    --powered (ks None, tag "half") or --powered-arg (tag "wrong")."""
     head = ("| run | " + " | ".join(f"{t} before -> after" if k == "redundant" else t for k, t in BONUS_METRICS)
             + " | Success@0.9 (all) | sampled redundant (pooled), first -> last third of steps |")
     lines = ["Marked eval prompts (the bonus kinds), greedy; mean ± std over seeds.", "", head,
@@ -374,7 +388,7 @@ def bonus_table(res, ks):
         lines.append(f"- {name}: " + ", ".join(f"seed {s}: {b} -> {a} (sampled {f} -> {l})" for s, b, a, f, l in
                                                 zip(r["seeds"], r["before"]["redundant"], r["after"]["redundant"],
                                                     r["first"], r["last"])))
-    checks = falsifiers(res, ks) if ks is not None else powered(res)
+    checks = falsifiers(res, ks) if ks is not None else powered(res, tag, 2 if tag == "half" else 1)
     return "\n".join(lines + ["", "Falsifiers (README):", ""] + ["- " + x for x in checks]) + "\n"
 
 
@@ -593,10 +607,12 @@ def experiment(a, out):
         w0 = worlds[a.bonus[0]]
         return ([(f"{algo}-k{k}", ALGOS[algo] + ["--data", worlds[k]["rl"], "--eval-data", worlds[k]["eval"]])
                  for k in a.bonus for algo in NOISE_ALGOS], ["--data", w0["rl"], "--sft-data", w0["sft"]])
-    if a.powered:  # the SFT start of `--bonus 0 ...` in the same --out (its tokenizer learns world-k0's texts)
-        w0, half = bonus_world(out, 0, a.world_scale), {k: bonus_world(out, k, a.world_scale, half=True) for k in POWERED_K}
-        return ([(f"{algo}-half-k{k}", ALGOS[algo] + ["--data", half[k]["rl"], "--eval-data", half[k]["eval"]])
-                 for k in POWERED_K for algo in NOISE_ALGOS], ["--data", w0["rl"], "--sft-data", w0["sft"]])
+    if a.powered or a.powered_arg:  # --powered: the SFT start of `--bonus 0 ...` (its tokenizer learns world-k0's texts)
+        wrong, tag = (True, "wrong") if a.powered_arg else (False, "half")
+        w0 = bonus_world(out, 0, a.world_scale, wrong=wrong)
+        half = {k: bonus_world(out, k, a.world_scale, half=True, wrong=wrong) for k in POWERED_K[wrong]}
+        return ([(f"{algo}-{tag}-k{k}", ALGOS[algo] + ["--data", half[k]["rl"], "--eval-data", half[k]["eval"]])
+                 for k in POWERED_K[wrong] for algo in NOISE_ALGOS], ["--data", w0["rl"], "--sft-data", w0["sft"]])
     if a.noise:
         return [noise_run(algo, p) for p in a.noise for algo in NOISE_ALGOS], []
     if a.turn_credit is not None:
@@ -607,20 +623,20 @@ def experiment(a, out):
 def write_outputs(a, argv, out, res, wall, kept):
     """<out>/<stem>.md and .json, and the figures; returns (stem, the header, the report text, the figures' names)."""
     text = (bonus_table(res, a.bonus) if a.bonus is not None else bonus_table(res, None) if a.powered
-            else turn_report(res) if a.turn_credit is not None
+            else bonus_table(res, None, "wrong") if a.powered_arg else turn_report(res) if a.turn_credit is not None
             else table(res))
     header = (f"# scripts/reproduce.py {' '.join(argv)}\n\nseeds {a.seeds}, wall time {wall:.0f}s ({a.jobs} runs at a time, "
               f"{1 if a.jobs > 1 else os.environ.get('OMP_NUM_THREADS', 'default')} thread(s) each{kept}); "
               "held-out eval split, greedy.\n\n")
-    stem = ("bonus" if a.bonus is not None else "powered" if a.powered else "noise" if a.noise else "turn" if a.turn_credit is not None
+    stem = ("bonus" if a.bonus is not None else "powered" if a.powered else "powered-arg" if a.powered_arg else "noise" if a.noise else "turn" if a.turn_credit is not None
             else "table")  # beside the comparison's
     with open(os.path.join(out, f"{stem}.md"), "w") as f:
         f.write(header + text)
     with open(os.path.join(out, f"{stem}.json"), "w") as f:
-        json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "bonus": a.bonus, "powered": a.powered, "turn_credit": a.turn_credit,
+        json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "bonus": a.bonus, "powered": a.powered, "powered_arg": a.powered_arg, "turn_credit": a.turn_credit,
                    "wall_s": wall, "results": res},
                   f, indent=1)
-    if a.bonus is not None or a.powered:
+    if a.bonus is not None or a.powered or a.powered_arg:
         plot_bonus(res, os.path.join(out, f"{stem}.png"))
         pngs = f"{stem}.png"
     else:
@@ -637,7 +653,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0 1 2 (--powered: 0 1 2 3)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0 1 2 (--powered, --powered-arg: 0 1 2 3)")
     p.add_argument("--algos", nargs="+", choices=list(ALGOS), default=list(ALGOS))
     p.add_argument("--noise", type=float, nargs="+", default=None,
                    help="judge-noise levels: run SLCA and GRPO at each instead of --algos (p = 0 reuses "
@@ -646,6 +662,9 @@ def main(argv=None):
                    help="the diagnostic: SLCA and GRPO on the bonus world at each K, from one SFT start per seed")
     p.add_argument("--powered", action="store_true",
                    help="the pre-registered diagnostic: SLCA and GRPO at K = 0, 2 on half-marked RL prompts, 4 seeds")
+    p.add_argument("--powered-arg", action="store_true",
+                   help="the other direction, pre-registered: SLCA and GRPO at K = 0, 1 on half-marked prompts of "
+                        "make_world's --wrong world (a wrong argument the summary reward pays for), 4 seeds")
     p.add_argument("--turn-credit", type=float, default=None, metavar="OMEGA",
                    help="per-turn credit: SLCA, GRPO and SLCA with --turn-credit OMEGA instead of --algos (slca "
                         "and grpo reuse the comparison's runs in the same --out)")
@@ -656,9 +675,9 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="runs at a time, each in its own process on one thread (1: one after the other, in-process)")
     a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
-    if sum(x not in (None, False) for x in (a.noise, a.bonus, a.turn_credit, a.powered)) > 1:
-        p.error("--noise, --bonus, --powered and --turn-credit are separate experiments: give one")
-    a.seeds = a.seeds or ([0, 1, 2, 3] if a.powered else [0, 1, 2])
+    if sum(x not in (None, False) for x in (a.noise, a.bonus, a.turn_credit, a.powered, a.powered_arg)) > 1:
+        p.error("--noise, --bonus, --powered, --powered-arg and --turn-credit are separate experiments: give one")
+    a.seeds = a.seeds or ([0, 1, 2, 3] if a.powered or a.powered_arg else [0, 1, 2])
     out = a.out
     os.makedirs(out, exist_ok=True)
     extra = (TOY if a.size == "toy" else []) + extra
@@ -667,7 +686,7 @@ def main(argv=None):
     plan, start_flags = experiment(a, out)
     runs, starts = {}, {}
     for seed in a.seeds:
-        starts[seed] = os.path.join(out, f"sft-s{seed}")
+        starts[seed] = os.path.join(out, f"sft{'-wrong' * a.powered_arg}-s{seed}")  # --wrong's SFT data differ
         for name, flags in plan:
             runs[(name, seed)] = os.path.join(out, f"{name}-s{seed}")
     with ThreadPoolExecutor(a.jobs) as pool:  # the SFT starts first, then every RL run from them
@@ -677,7 +696,7 @@ def main(argv=None):
                                               + preset_flags(extra) + dict(plan)[job[0]] + ["--sft-data", ""],
                                               runs[job], a.jobs), runs)
 
-    res = bonus_summary(runs) if a.bonus is not None or a.powered else collect(runs)
+    res = bonus_summary(runs) if a.bonus is not None or a.powered or a.powered_arg else collect(runs)
     wall = time.time() - t0
     kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""
     stem, header, text, pngs = write_outputs(a, argv, out, res, wall, kept)

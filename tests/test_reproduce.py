@@ -111,6 +111,22 @@ def test_powered_mode_runs_k0_and_k2_on_half_marked_prompts_from_the_bonus_sft_s
     assert "wall time" in capsys.readouterr().out and (out / "powered.png").exists()
 
 
+def test_powered_arg_mode_runs_the_wrong_argument_world_from_its_own_sft_start(tmp_path):
+    """--powered-arg: make_world's --wrong world at K = 0, 1, half marked, its own SFT start per
+    seed (the teacher's demonstrations differ from --bonus's), and the same pre-registered reading."""
+    out = tmp_path / "arg"
+    res = reproduce.main(["--size", "toy", "--jobs", "1", "--seeds", "0", "--powered-arg", "--world-scale", "0.05",
+                          "--out", str(out), "--", "--eval-limit", "6", "--prompts-per-step", "8", "--mini-batch", "4"])
+    assert sorted(res) == ["grpo-wrong-k0", "grpo-wrong-k1", "slca-wrong-k0", "slca-wrong-k1"]
+    rl = [json.loads(x) for x in (out / "world-wrong-half-k1" / "rl.jsonl").read_text().splitlines()]
+    marked = [r for r in rl if "bonus_args" in r["extra_info"]]
+    assert marked and 2 * len(marked) == len(rl)
+    cfg = json.loads((out / "slca-wrong-k1-s0" / "config.json").read_text())
+    assert cfg["model"] == str(out / "sft-wrong-s0" / "sft") and not (out / "sft-s0").exists()
+    text = (out / "powered-arg.md").read_text()
+    assert "made the wrong-argument call" in text and "K=1 - K=0" in text and "Credit gap" in text
+
+
 def test_powered_reading_follows_the_pre_registration():
     """powered() on made-up results of 4 seeds: misattribution and protection shown; GRPO flat ->
     falsified when the manipulation check passed, inconclusive when it failed."""
