@@ -1,6 +1,6 @@
 """The diagnostic's prediction, before any real run (README "Credit misattribution, constructed").
 
-    python scripts/bonus_sim.py [--seeds 20] [--lr 0.01 0.03 0.1] [--marked 0.5]
+    python scripts/bonus_sim.py [--seeds 20] [--lr 0.01 0.03 0.1] [--marked 0.5] [--arg]
 
 A toy of the demo's RL on the diagnostic world's marked prompts (scripts/make_world.py --bonus K):
 the policy is two Bernoulli choices, each a logit. `call`: after the gold calls, the next turn's
@@ -28,6 +28,12 @@ direction of each K = 2 - K = 0 effect is the prediction, its size is indicative
 Measured: the call probability averaged over the last third of the steps (what the real runs'
 sampled rate pooled over their last third estimates), per seed at K = 0 and K = 2 with the
 same seed, and the paired effect K2 - K0.
+
+--arg plays the other direction (make_world.py --wrong K, K = 0, 1): `call` is now writing the
+wrong argument value, which costs S_process its value share (0.20 · 1/2) and makes the summary
+state the wrong response's facts: those score at K = 1 (the reference is the wrong response's)
+and the gold's score at K = 0. The choice is inside the call, so SLCA routes Â_tool to it
+either way; there is no `state` choice.
 """
 import argparse
 import math
@@ -53,8 +59,8 @@ def level_score(stated, total):
     return math.floor(4 * stated / total + 0.5) / 4
 
 
-def run(algo, k, lr, seed, marked=MARKED):
-    """The call probability after each RL step, for one seed."""
+def run(algo, k, lr, seed, marked=MARKED, arg=False):
+    """The call probability (with `arg`: the wrong-argument probability) after each RL step, for one seed."""
     g = torch.Generator().manual_seed(seed)
     theta = torch.tensor([math.log(START_CALL / (1 - START_CALL)), math.log(START_STATE / (1 - START_STATE))])  # call, state
     m, v, rates = torch.zeros(2), 0.0, []
@@ -68,17 +74,23 @@ def run(algo, k, lr, seed, marked=MARKED):
             state = (torch.rand(B, generator=g) < p_state).float() * call               # (B,)
             gold = 1 + (torch.rand(n, generator=g) < 0.4).long().repeat_interleave(G)   # (B,) 1 or 2 gold calls
             f1 = torch.where(call > 0, 2 * gold / (2 * gold + 1), torch.ones(B))        # Name F1 with the extra call
-            process = (0.70 + 0.05 * torch.randn(B, generator=g)).clamp(0, 0.75) + 0.25 * f1  # (B,)
+            if arg:  # all names right; a wrong value costs half the value weight
+                f1, state = torch.ones(B), torch.zeros(B)
+            process = (0.70 + 0.05 * torch.randn(B, generator=g)).clamp(0, 0.75) + 0.25 * f1 - 0.1 * call * arg  # (B,)
             stated = torch.binomial(torch.full((B,), float(FACTS)), torch.full((B,), STATE_P), generator=g)
-            summary = torch.tensor([level_score(s + k * st, FACTS + k) for s, st in zip(stated.tolist(), state.tolist())])
+            if arg:  # the summary's facts are those of the response it got; they count when they are the reference's
+                summary = torch.tensor([level_score(s * (c == k), FACTS) for s, c in zip(stated.tolist(), call.tolist())])
+            else:
+                summary = torch.tensor([level_score(s + k * st, FACTS + k) for s, st in zip(stated.tolist(), state.tolist())])
             present = torch.ones(B, dtype=torch.bool)
             if algo == "grpo":
                 a_dec = a_state = group_normalize(process + summary, present, gids)     # Eq. 6: one Â everywhere
             else:
                 a_tool, a_state = slca_advantages(process, summary, present, present, gids)  # Eqs. 7-8: Â_tool, Â_sum
-                a_dec = torch.where(call > 0, a_tool, a_state)  # a caller's decision opens a tool turn, a non-caller's the summary
+                # a caller's decision opens a tool turn, a non-caller's the summary; --arg: inside the call either way
+                a_dec = a_tool if arg else torch.where(call > 0, a_tool, a_state)
             grad = torch.stack([(a_dec * (call - p_call)).mean(),                       # ∇ log π(decision) = call - p
-                                (a_state * (state - p_state) * call).sum() / B])        # callers' statement only
+                                (a_state * (state - p_state) * call).sum() / B * (not arg)])  # callers' statement only
             m = BETAS[0] * m + (1 - BETAS[0]) * grad
             v = BETAS[1] * v + (1 - BETAS[1]) * float((grad ** 2).mean())              # one scale for both decisions
             theta = theta + lr * (m / (1 - BETAS[0] ** step)) / ((v / (1 - BETAS[1] ** step)) ** 0.5 + EPS)
@@ -91,19 +103,21 @@ def main(argv=None):
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--lr", type=float, nargs="+", default=[0.01, 0.03, 0.1])
     p.add_argument("--marked", type=float, default=MARKED, help="share of marked RL prompts (--bonus's runs: 0.147)")
+    p.add_argument("--arg", action="store_true", help="the other direction: a wrong argument value, K = 0, 1")
     a = p.parse_args(argv)
+    ks = (0, 1) if a.arg else (0, 2)
     last = STEPS - STEPS // 3
-    print(f"call probability over the last third of {STEPS} steps (start {START_CALL}), marked share {a.marked}, "
-          f"mean ± std over {a.seeds} seeds; effect = K2 - K0 paired by seed")
-    print("| lr | slca K=0 | slca K=2 | slca effect | grpo K=0 | grpo K=2 | grpo effect |\n|---|---|---|---|---|---|---|")
+    print(f"{'wrong-argument' if a.arg else 'call'} probability over the last third of {STEPS} steps (start "
+          f"{START_CALL}), marked share {a.marked}, mean ± std over {a.seeds} seeds; effect = K{ks[1]} - K0 paired by seed")
+    print(f"| lr | slca K=0 | slca K={ks[1]} | slca effect | grpo K=0 | grpo K={ks[1]} | grpo effect |\n" + "|---" * 7 + "|")
     out = {}
     for lr in a.lr:
         cells = []
         for algo in ("slca", "grpo"):
-            rate = {k: torch.tensor([sum(r[last:]) / len(r[last:]) for r in (run(algo, k, lr, s, a.marked)
-                                                                             for s in range(a.seeds))]) for k in (0, 2)}
+            rate = {k: torch.tensor([sum(r[last:]) / len(r[last:]) for r in (run(algo, k, lr, s, a.marked, a.arg)
+                                                                             for s in range(a.seeds))]) for k in ks}
             out[(lr, algo)] = rate
-            cells += [f"{x.mean():.3f} ± {x.std():.3f}" for x in (rate[0], rate[2], rate[2] - rate[0])]
+            cells += [f"{x.mean():.3f} ± {x.std():.3f}" for x in (rate[0], rate[ks[1]], rate[ks[1]] - rate[0])]
         print(f"| {lr} | " + " | ".join(cells) + " |")
     return out
 

@@ -12,3 +12,12 @@ def test_slca_routes_the_no_call_choice_to_the_summary_so_k_moves_both_algorithm
     for algo in ("slca", "grpo"):
         assert all(k2 > k0 + 0.3 for k0, k2 in zip(rate[(algo, 0)], rate[(algo, 2)])), rate
     assert all(s < g for s, g in zip(rate[("slca", 0)], rate[("grpo", 0)])) and max(rate[("slca", 0)]) < 0.5
+
+
+def test_the_wrong_argument_sits_inside_the_call_so_slca_does_not_see_k():
+    """--arg: the contested value is a tool token whichever way it goes, so SLCA's rate is the
+    same at K = 0 and K = 1 (the same draws), while GRPO's rises with K."""
+    for s in range(2):
+        slca = [bonus_sim.run("slca", k, 0.03, s, arg=True) for k in (0, 1)]
+        grpo = [sum(bonus_sim.run("grpo", k, 0.03, s, arg=True)[40:]) / 20 for k in (0, 1)]
+        assert slca[0] == slca[1] and grpo[1] > grpo[0] + 0.3
