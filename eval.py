@@ -39,7 +39,8 @@ parallel_type:
                      never answered
     bonus            the diagnostic world's marked prompts (scripts/make_world.py --bonus): the
                      same table plus `redundant` (share that made the marked call the gold
-                     does not ask for) and `summary` (mean S_sum)
+                     does not ask for; --wrong's world: the marked call with its wrong
+                     arguments) and `summary` (mean S_sum)
 
 Under the code's definition an irrelevant prompt can never succeed (S_sum = 0 without a tool
 response, docs/method.md §2.2); the paper's definition gives it 0.90 when no call is made.

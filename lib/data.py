@@ -132,6 +132,7 @@ class Task:
     responses: list[dict] = field(default_factory=list)  # recorded tool responses: {"name", "arguments": dict, "response": str}
     facts: list[str] = field(default_factory=list)       # reference facts a correct summary must state
     bonus: str = ""           # the diagnostic world's marked extra call (a tool the gold does not ask for), "" if none
+    bonus_args: dict = field(default_factory=dict)  # --wrong's world: the marked call's wrong arguments ({}: any call of it)
     source: str = ""          # file it came from
     row: int = -1             # its 1-based row there, as errors count them (JSONL: the line)
 
@@ -492,6 +493,7 @@ def _verl_task(row):
         responses=_responses(extra.get("tool_responses") or [], "extra_info.tool_responses"),
         facts=_str_list(gt.get("reference_facts") or [], "reward_model.ground_truth.reference_facts"),
         bonus=_str(extra.get("bonus_call") or "", "extra_info.bonus_call"),
+        bonus_args=_plain(_json(extra.get("bonus_args") or {}, "extra_info.bonus_args", dict), "extra_info.bonus_args"),
     )
 
 

@@ -39,8 +39,14 @@ Sized for a tiny model trained from scratch on a CPU (the demo of train.py):
   its Name F1 share and, with K >= 1, stating its values raises S_sum: the summary reward is
   tied to a tool behaviour the process score penalises. K = 0 is the control (the same SFT
   data and tasks; only the reference facts differ).
+- the other direction (--wrong K, off by default; docs/diagnostic.md §2): on three kinds with a
+  free argument (WRONG: a unit, a conversion direction, a number of days) the teacher makes
+  the call with a wrong value on half its demonstrations and states what that response says;
+  the rows record the wrong call's response and name it (extra_info.bonus_call, bonus_args),
+  and with K = 1 the judge's reference facts are the wrong response's. The contested tokens
+  sit inside the call, in the tool segment whichever value is written.
 
-    python scripts/make_world.py [--seed 0] [--out data/world] [--scale 1.0] [--serial-share 0.6] [--bonus K]
+    python scripts/make_world.py [--seed 0] [--out data/world] [--scale 1.0] [--serial-share 0.6] [--bonus K | --wrong K]
 """
 import argparse
 import json
@@ -58,6 +64,7 @@ TYPE_WEIGHTS = [18, 18, 18, 18, 18, 10]  # irrelevant ~10%
 EVAL_SHARE = 0.2  # share of (kind, entities) combinations that only eval asks about
 SERIAL_SHARE = 0.6  # share of SFT demonstrations whose teacher makes a parallel step's calls one per turn
 BONUS_SHARE = 0.5   # with --bonus: share of the bonus kinds' SFT demonstrations that make the extra call
+                    # (with --wrong: that use the wrong argument)
 
 INSTRUCTION = ("Put the calls of one step as a JSON list in one <tool_call></tool_call> block; "
                "then state the values found. If no tool fits, answer directly.")
@@ -655,6 +662,35 @@ def bonus(world, ex):
     return {"call": {"name": name, "arguments": args}, "output": out, "values": values, "sentence": sentence}
 
 
+# --- the other direction's wrong calls (--wrong K) ------------------------------------------------
+# kind -> (the gold call's arguments -> the wrong ones, (wrong arguments, response) -> (facts, answer))
+
+WRONG = {  # about 9% of the tasks: 3 of the 6 single-tool kinds
+    "weather_now": (lambda a: {**a, "unit": "fahrenheit" if a["unit"] == "celsius" else "celsius"},
+                    lambda a, o: ([fmt(o["temp"]), o["condition"]],
+                                  f"It is {fmt(o['temp'])} degrees and {o['condition']} in {a['city']}.")),
+    "convert": (lambda a: {**a, "from": a["to"], "to": a["from"]},
+                lambda a, o: ([fmt(o["result"])], f"{a['amount']} {a['from']} is {fmt(o['result'])} {a['to']}.")),
+    "forecast": (lambda a: {**a, "days": a["days"] % 4 + 2},  # 2..5 -> 4, 5, 2, 3: never the asked number
+                 lambda a, o: ([fmt(o["high"]), fmt(o["low"]), fmt(o["rain_days"])],
+                               f"High {fmt(o['high'])}, low {fmt(o['low'])}, rain on {fmt(o['rain_days'])} days.")),
+}
+
+
+def wrong(world, ex):
+    """The wrong call of a WRONG kind's task: {"call", "output", "facts", "answer", "args" (the
+    arguments that differ from the gold's)}, or None."""
+    if ex["kind"] not in WRONG:
+        return None
+    make, say = WRONG[ex["kind"]]
+    (gold,) = ex["steps"][0]  # single-step, single-call kinds
+    args = make(gold["arguments"])
+    out = world.call(gold["name"], args)
+    facts, answer = say(args, out)
+    return {"call": {"name": gold["name"], "arguments": args}, "output": out, "facts": facts, "answer": answer,
+            "args": {k: v for k, v in args.items() if gold["arguments"][k] != v}}
+
+
 # --- rows -------------------------------------------------------------------------------------
 
 def combo(kind, v, question):
@@ -685,14 +721,18 @@ def compact(x):
     return json.dumps(x, ensure_ascii=False, separators=(",", ":"))
 
 
-def verl_row(ex, split, index, k=None):
+def verl_row(ex, split, index, k=None, wrong_k=None):
     """An RL / eval row. With `k` (the diagnostic, --bonus K) a bonus kind's row also records
     the extra call's response (so the replay simulator answers it), adds the first k of its
-    values to the reference facts and names the call in extra_info.bonus_call; its gold is unchanged."""
+    values to the reference facts and names the call in extra_info.bonus_call; its gold is unchanged.
+    With `wrong_k` (--wrong K) a WRONG kind's row records the wrong call's response, names it
+    (bonus_call, and bonus_args: its wrong arguments) and, with K = 1, holds its facts instead."""
     names = [t["function"]["name"] for t in ex["tools"]]
     tools_json = compact(ex["tools"])
     extra = ex["bonus"] if k is not None else None
     calls = [(c, o) for step, outs in zip(ex["steps"], ex["outputs"]) for c, o in zip(step, outs)]
+    bad = ex["wrong"] if wrong_k is not None else None
+    extra = extra or bad
     calls += [(extra["call"], extra["output"])] if extra else []
     # arguments as a JSON string, like the gold: parquet would fill dicts of varying keys with nulls
     responses = [{"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False), "response": compact(o)}
@@ -708,20 +748,24 @@ def verl_row(ex, split, index, k=None):
             "question_content": ex["question"],
             "tool_schemas": tools_json,
             "subset_name": "irrelevant" if ex["parallel_type"] == "irrelevant" else "tool_call",
-            "reference_facts": ex["facts"] + (extra["values"][:k] if extra else [])}},
+            "reference_facts": (bad["facts"] if bad and wrong_k else ex["facts"])
+            + (extra["values"][:k] if extra and not bad else [])}},
         "extra_info": {"split": split, "index": index, "parallel_type": ex["parallel_type"], "kind": ex["kind"],
                        "combo": ex["combo"], "tool_responses": responses},
     }
     if extra:
         row["extra_info"]["bonus_call"] = extra["call"]["name"]
+    if bad:
+        row["extra_info"]["bonus_args"] = compact(bad["args"])
     return row
 
 
-def sft_row(ex, serial=False, extra=False):
-    """A teacher's trajectory; a `serial` teacher makes the calls of each step one per turn, and
-    an `extra` one also makes the task's bonus call last and states its values."""
+def sft_row(ex, serial=False, extra=False, bad=False):
+    """A teacher's trajectory; a `serial` teacher makes the calls of each step one per turn, an
+    `extra` one also makes the task's bonus call last and states its values, and a `bad` one makes
+    the task's wrong call instead of the gold one and states what it answers."""
     turns = [{"from": "system", "value": system_prompt(ex["tools"])}, {"from": "human", "value": ex["question"]}]
-    steps = list(zip(ex["steps"], ex["outputs"]))
+    steps = [([ex["wrong"]["call"]], [ex["wrong"]["output"]])] if bad else list(zip(ex["steps"], ex["outputs"]))
     if serial:
         steps = [([c], [o]) for step, outs in steps for c, o in zip(step, outs)]
     if extra:
@@ -730,7 +774,8 @@ def sft_row(ex, serial=False, extra=False):
         turns.append({"from": "gpt", "value": "<tool_call>\n" + json.dumps(step, ensure_ascii=False) + "\n</tool_call>"})
         turns.append({"from": "human", "value": "\n".join(
             f"<tool_response>\n{compact(o)}\n</tool_response>" for o in outs)})
-    turns.append({"from": "gpt", "value": ex["answer"] + (" " + ex["bonus"]["sentence"] if extra else "")})
+    answer = ex["wrong"]["answer"] if bad else ex["answer"]
+    turns.append({"from": "gpt", "value": answer + (" " + ex["bonus"]["sentence"] if extra else "")})
     return {"conversations": turns}
 
 
@@ -761,14 +806,17 @@ def examples(seed=0, scale=1.0):
     return out
 
 
-def generate(seed=0, scale=1.0, serial_share=SERIAL_SHARE, bonus_k=None):
+def generate(seed=0, scale=1.0, serial_share=SERIAL_SHARE, bonus_k=None, wrong_k=None):
     """{"sft": rows, "rl": rows, "eval": rows} in the files' layouts. The SFT teacher is
     serial on a seeded `serial_share` of its demonstrations (drawn per row, apart from the
     draws that make the tasks, so the tasks do not depend on it). `bonus_k` (0, 1, 2; None =
     off) builds the diagnostic world: the teacher makes the bonus call on a seeded BONUS_SHARE
     of the bonus kinds' demonstrations (the same SFT data for every k), and the RL and eval
     rows of those kinds carry it (`verl_row`); nothing else changes, and with None every row is
-    byte-identical to the world without the option."""
+    byte-identical to the world without the option. `wrong_k` (0, 1; None = off; not with
+    bonus_k) builds the other direction's world the same way (`wrong`, `verl_row`)."""
+    if bonus_k is not None and wrong_k is not None:
+        raise ValueError("--bonus and --wrong build different worlds: give one")
     world = World(seed)
 
     def serial(i):
@@ -777,12 +825,15 @@ def generate(seed=0, scale=1.0, serial_share=SERIAL_SHARE, bonus_k=None):
     def extra(i, ex):
         return bonus_k is not None and ex["bonus"] is not None and random.Random(f"bonus|{seed}|{i}").random() < BONUS_SHARE
 
+    def bad(i, ex):
+        return wrong_k is not None and ex["wrong"] is not None and random.Random(f"wrong|{seed}|{i}").random() < BONUS_SHARE
+
     out = {}
     for name, rows in examples(seed, scale).items():
         for ex in rows:
-            ex["bonus"] = bonus(world, ex)
-        out[name] = [sft_row(ex, serial(i), extra(i, ex)) if name == "sft" else verl_row(ex, name, i, bonus_k)
-                     for i, ex in enumerate(rows)]
+            ex["bonus"], ex["wrong"] = bonus(world, ex), wrong(world, ex)
+        out[name] = [sft_row(ex, serial(i), extra(i, ex), bad(i, ex)) if name == "sft"
+                     else verl_row(ex, name, i, bonus_k, wrong_k) for i, ex in enumerate(rows)]
     return out
 
 
@@ -796,10 +847,15 @@ def main():
     ap.add_argument("--bonus", type=int, choices=[0, 1, 2], default=None, metavar="K",
                     help="the diagnostic world: bonus kinds' rows record an extra info call the gold does not ask for, "
                          "and K of its values join the reference facts (0 = the control); default off")
+    ap.add_argument("--wrong", type=int, choices=[0, 1], default=None, metavar="K",
+                    help="the other direction's world: on three kinds half the teacher's demonstrations use a wrong "
+                         "argument, and with K = 1 the reference facts are what that call answers; default off")
     args = ap.parse_args()
+    if args.bonus is not None and args.wrong is not None:
+        ap.error("--bonus and --wrong build different worlds: give one")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, rows in generate(args.seed, args.scale, args.serial_share, args.bonus).items():
+    for name, rows in generate(args.seed, args.scale, args.serial_share, args.bonus, args.wrong).items():
         path = out / f"{name}.jsonl"
         path.write_text("".join(compact(row) + "\n" for row in rows), encoding="utf-8")
         print(f"{path}: {len(rows)} rows, {path.stat().st_size / 1e6:.2f} MB")

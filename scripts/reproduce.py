@@ -3,6 +3,8 @@
     python scripts/reproduce.py                        # SLCA, GRPO, ToolPO, w/o HierR, w/o SGLS; seeds 0 1 2
     python scripts/reproduce.py --noise 0 0.5 1.0      # SLCA and GRPO at each judge-noise level; seeds 0 1 2
     python scripts/reproduce.py --bonus 0 1            # the diagnostic: SLCA and GRPO on the bonus world at K = 0, 1
+    python scripts/reproduce.py --powered              # the pre-registered diagnostic: K = 0, 2, half-marked, 4 seeds
+    python scripts/reproduce.py --powered-arg          # its other direction: a wrong argument, K = 0, 1, 4 seeds
     python scripts/reproduce.py --turn-credit 0.5      # SLCA, GRPO and SLCA with per-turn credit ω = 0.5; seeds 0 1 2
     python scripts/reproduce.py --size toy             # the same on a toy size, in seconds (tests/test_reproduce.py)
     python scripts/reproduce.py -- --steps 12          # flags after -- go to every train.py run
@@ -40,7 +42,18 @@ the sweep (and --turn-credit) reuses the comparison's slca and grpo runs. Output
                    (the SFT data is one for every K, so each seed has one SFT start), SLCA and
                    GRPO on each; the marked prompts' held-out redundant-call rate, S_sum, Name F1
                    and Success@0.9 / @1.0 before and after RL, the sampled rate during training,
-                   per seed, the pre-registered falsifiers (a)-(c) checked, and the rate's curves
+                   per seed, the pre-registered falsifiers (a)-(c) checked (paired t tests over seeds),
+                   and the rate's curves
+    powered.md, powered.json, powered.png   (--powered) the pre-registered diagnostic: SLCA and GRPO
+                   at K = 0, 2 on <out>/world-half-k<K>/ (`bonus_world`: half the RL prompts marked,
+                   175 marked eval rows), from the SFT starts of --bonus (reused in the same --out);
+                   the same table, then the primary measure (the sampled rate pooled over the last
+                   third of RL steps, K=2 - K=0 paired t per algorithm), the falsifiers, the
+                   manipulation check and the credit gap at the decision token
+    powered-arg.md, .json, .png   (--powered-arg) the same for the other direction: make_world's
+                   --wrong world at K = 0, 1 (<out>/world-wrong-half-k<K>/, 181 marked eval rows),
+                   from its own SFT starts (<out>/sft-wrong-s<seed>/); the measure is the share of
+                   marked rollouts that call the marked tool with the wrong argument
     turn.md, turn.json, turn-curves.png   (--turn-credit ω) per-turn credit (README Eq. 14): slca,
                    grpo and slca-turn@ω; held-out Success@0.9, Process and tool turns overall and
                    Success@0.9 and Process by parallel type, the training turn_conflict (the share
@@ -50,6 +63,7 @@ the sweep (and --turn-credit) reuses the comparison's slca and grpo runs. Output
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -65,6 +79,7 @@ ALGOS = {  # name -> train.py flags (docs/method.md §7 ablations)
     "no-sgls": ["--algo", "slca", "--no-sgls"],     # w/o SGLS: no tool definition, no checks 2-4
 }
 NOISE_ALGOS = ["slca", "grpo"]
+POWERED_K = {False: [0, 2], True: [0, 1]}  # K of --powered and --powered-arg (docs/diagnostic.md, pre-registered)
 TURN_ALGOS = ["slca", "grpo"]  # --turn-credit: the baselines beside slca-turn@ω
 
 
@@ -155,16 +170,36 @@ def curves(run):
             for s, m in sorted(metrics.items())]
 
 
-def bonus_world(out, k, scale):
-    """Writes the diagnostic world at K = k into <out>/world-k<k>/; returns its file paths."""
+# --powered / --powered-arg: the larger world's size; its eval split holds 175 / 181 marked rows
+# (scripts/make_world.py --bonus 2 / --wrong 1, seed 0, measured)
+HALF_SCALE = {False: 6, True: 10}
+
+
+def bonus_world(out, k, scale, half=False, wrong=False):
+    """Writes the diagnostic world at K = k into <out>/world-k<k>/ (wrong: make_world's --wrong
+    world, <out>/world-wrong-k<k>/); returns its file paths. half (--powered, --powered-arg):
+    <out>/world-half-k<k>/ (world-wrong-half-k<k>/) holds only rl and eval, from a world
+    HALF_SCALE times larger: all its marked RL rows and as many unmarked ones (a seeded draw, the
+    same for every K), in the world's order, and its marked eval rows."""
     import importlib.util
+    import random
     spec = importlib.util.spec_from_file_location("make_world", os.path.join(ROOT, "scripts", "make_world.py"))
     mw = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mw)
-    folder = os.path.join(out, f"world-k{k}")
+    folder = os.path.join(out, "world" + "-wrong" * wrong + "-half" * half + f"-k{k}")
     os.makedirs(folder, exist_ok=True)
+    kw = {"wrong_k": k} if wrong else {"bonus_k": k}
+    if half:
+        world = mw.generate(0, HALF_SCALE[wrong] * scale, **kw)
+        marked = lambda r: "bonus_call" in r["extra_info"]  # noqa: E731
+        rest = [i for i, r in enumerate(world["rl"]) if not marked(r)]
+        pick = set(random.Random(0).sample(rest, min(len(rest), sum(map(marked, world["rl"])))))
+        world = {"rl": [r for i, r in enumerate(world["rl"]) if marked(r) or i in pick],
+                 "eval": [r for r in world["eval"] if marked(r)]}
+    else:
+        world = mw.generate(0, scale, **kw)
     paths = {}
-    for name, rows in mw.generate(0, scale, bonus_k=k).items():
+    for name, rows in world.items():
         paths[name] = os.path.join(folder, f"{name}.jsonl")
         with open(paths[name], "w", encoding="utf-8") as f:
             f.writelines(mw.compact(r) + "\n" for r in rows)
@@ -175,76 +210,186 @@ BONUS_METRICS = [("redundant", "redundant"), ("summary", "S_sum"), ("name_f1", "
                  ("success@1.0", "Success@1.0")]
 
 
+def thirds(rows):
+    """(first, last) third of the RL steps that `rollouts` rows span: two sets of steps."""
+    steps = sorted({r["step"] for r in rows})
+    n = max(1, math.ceil(len(steps) / 3))
+    return set(steps[:n]), set(steps[-n:])
+
+
+def pooled(rows, steps):
+    """The share of the marked rollouts (rows with "redundant") of `steps` that made the bonus call,
+    pooled over rollouts (not a mean of per-step means); None without one."""
+    xs = [r["redundant"] for r in rows if "redundant" in r and r["step"] in steps]
+    return statistics.fmean(xs) if xs else None
+
+
+def contrast(rows, grpo, inside=False):
+    """Over the marked groups that hold both callers (of the marked call) and non-callers: the mean
+    over groups of the callers' mean minus the non-callers' mean of S_sum, S_process and the
+    advantage at the decision token. --bonus: the first token after the turn that decides call vs
+    summarise; a caller's opens its call, in the tool segment, Â_tool under SLCA; a non-caller's
+    opens the summary, Â_sum. `inside` (--wrong): the argument's tokens, inside the call, Â_tool
+    either way. Under GRPO every token gets Eq. 6's Â, recomputed here from the logged scores.
+    None where no group has both."""
+    import torch
+    from advantage import grpo_advantages
+    groups = {}
+    for r in rows:
+        if "redundant" in r:
+            groups.setdefault((r["step"], r["group"]), []).append(r)
+    diffs = {"summary": [], "process": [], "decision": []}
+    for g in groups.values():
+        callers = [r["redundant"] > 0 for r in g]
+        if all(callers) or not any(callers):
+            continue
+        adv = (grpo_advantages(torch.tensor([r["score"] for r in g], dtype=torch.float64),
+                               torch.zeros(len(g), dtype=torch.long)).tolist() if grpo else
+               [r["adv_tool"] if c or inside else r["adv_sum"] for r, c in zip(g, callers)])  # (G,)
+        cols = {"summary": [r["summary"] for r in g], "process": [r["process"] for r in g], "decision": adv}
+        for k, xs in cols.items():
+            diffs[k].append(statistics.fmean([x for x, c in zip(xs, callers) if c])
+                            - statistics.fmean([x for x, c in zip(xs, callers) if not c]))
+    return {k: statistics.fmean(v) if v else None for k, v in diffs.items()} | {"groups": len(diffs["summary"])}
+
+
 def bonus_summary(runs):
     """{name: {"before"/"after": {metric: [per seed]} on the marked eval prompts, "all": overall
-    Success@0.9 after RL, "train": per-seed [(step, sampled redundant rate)]}}."""
+    Success@0.9 after RL, "train": per-seed [(step, sampled redundant rate)], "first"/"last": per
+    seed the sampled rate pooled over the first / last third of RL steps, "early"/"whole": per seed
+    the callers' contrast (`contrast`) over the first third of steps / all of them}}."""
     out = {}
     for (name, seed), folder in runs.items():
         marked = {e["label"]: e.get("bonus", {}) for e in read(os.path.join(folder, "eval.jsonl")) if "all" in e}
-        row = out.setdefault(name, {"before": {}, "after": {}, "all": [], "seeds": [], "train": []})
+        row = out.setdefault(name, {"before": {}, "after": {}, "all": [], "seeds": [], "train": [], "first": [],
+                                    "last": [], "early": [], "whole": []})
         row["seeds"].append(seed)
         for label, key in (("before RL", "before"), ("after RL", "after")):
             for k, _ in BONUS_METRICS:
                 row[key].setdefault(k, []).append(marked.get(label, {}).get(k))
         row["all"].append(evals(folder).get("after RL", {}).get("success"))
+        rows = read(os.path.join(folder, "rollouts.jsonl"))
         by_step = {}
-        for r in read(os.path.join(folder, "rollouts.jsonl")):
+        for r in rows:
             if "redundant" in r:
                 by_step.setdefault(r["step"], []).append(r["redundant"])
         row["train"].append([(s, statistics.fmean(v)) for s, v in sorted(by_step.items())])
+        first, last = thirds(rows) if rows else (set(), set())
+        row["first"].append(pooled(rows, first))
+        row["last"].append(pooled(rows, last))
+        grpo, inside = name.startswith("grpo"), "-wrong-" in name
+        row["early"].append(contrast([r for r in rows if r["step"] in first], grpo, inside))
+        row["whole"].append(contrast(rows, grpo, inside))
     return out
 
 
-def gap(res, a, b, key="redundant"):
-    """(mean of a - mean of b, its standard error) over seeds, after RL; None when either is missing."""
-    xa, xb = ([x for x in res[n]["after"][key] if x is not None] for n in (a, b))
-    if len(xa) < 2 or len(xb) < 2:
+# one-sided 0.05 critical values of Student's t, df 1..30 (NIST/SEMATECH e-Handbook of Statistical
+# Methods, 1.3.6.7.2 "Critical values of the Student's t distribution", column 0.95; equal to
+# scipy.stats.t.ppf(0.95, df) to 3 decimals)
+T95 = [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753,
+       1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697]
+
+
+def paired(xs, ys):
+    """The paired t test of xs - ys (one value per seed; a pair with a None is left out): {"d":
+    per-seed differences, "mean", "se" (of the differences' mean), "t", "df", "crit" (one-sided
+    0.05 critical value), "shown" (t >= crit: xs above ys)}; None with fewer than 2 pairs."""
+    d = [x - y for x, y in zip(xs, ys) if x is not None and y is not None]
+    if len(d) < 2:
         return None
-    d = statistics.fmean(xa) - statistics.fmean(xb)
-    return d, (statistics.variance(xa) / len(xa) + statistics.variance(xb) / len(xb)) ** 0.5
+    if len(d) - 1 > len(T95):
+        raise ValueError(f"paired: {len(d)} seeds, the t table holds df up to {len(T95)}")
+    mean, se = statistics.fmean(d), statistics.stdev(d) / len(d) ** 0.5
+    t = mean / se if se else math.copysign(math.inf, mean) if mean else 0.0
+    return {"d": d, "mean": mean, "se": se, "t": t, "df": len(d) - 1, "crit": T95[len(d) - 2], "shown": t >= T95[len(d) - 2]}
+
+
+def says(p):
+    """'+0.139 (per seed +0.111, +0.083, +0.222; SE 0.042, t 3.31, df 2, one-sided 0.05 critical 2.920)'."""
+    return (f"{p['mean']:+.3f} (per seed {', '.join(f'{x:+.3f}' for x in p['d'])}; SE {p['se']:.3f}, t {p['t']:.2f}, "
+            f"df {p['df']}, one-sided 0.05 critical {p['crit']:.3f})")
 
 
 def falsifiers(res, ks):
-    """The README's pre-registered falsifiers (a)-(c), checked on the held-out redundant-call rate."""
+    """The README's falsifiers (a)-(c) of --bonus, read with paired t tests over seeds (the runs of
+    a seed share their SFT start, prompt order and eval prompts) on the held-out redundant-call rate."""
     if 0 not in ks or len(ks) < 2:
         return ["(falsifiers need K = 0 and another K)"]
     k = max(ks)
     lines = []
-    g = gap(res, f"grpo-k{k}", "grpo-k0")
+    g = paired(res[f"grpo-k{k}"]["after"]["redundant"], res["grpo-k0"]["after"]["redundant"])
     if g:
-        lines.append(f"(a) grpo K={k} - K=0: {g[0]:+.3f} ± {g[1]:.3f} (SE) -> "
-                     + ("misattribution shown (above 2 SE)" if g[0] > 2 * g[1] else "FALSIFIED: not above 2 SE"))
-    g = gap(res, f"slca-k{k}", "slca-k0")
+        lines.append(f"(a) grpo K={k} - K=0: {says(g)} -> "
+                     + ("misattribution shown (t above the critical value)" if g["shown"] else "FALSIFIED: t under the critical value"))
+    g = paired(res[f"slca-k{k}"]["after"]["redundant"], res["slca-k0"]["after"]["redundant"])
     if g:
-        lines.append(f"(b) slca K={k} - K=0: {g[0]:+.3f} ± {g[1]:.3f} (SE) -> "
-                     + ("LEAKAGE: differs by more than 2 SE" if abs(g[0]) > 2 * g[1] else "no leakage (within 2 SE)"))
-    moved = []
+        lines.append(f"(b) slca K={k} - K=0: {says(g)} -> "
+                     + ("differs (|t| above the critical value: the no-call choice's summary credit, README Method, "
+                        "or leakage)" if abs(g["t"]) >= g["crit"] else "no difference shown"))
+    moved = []  # (c) per run, two-sided at 0.10: |t| above the one-sided 0.05 value (no direction is predicted)
     for name, r in res.items():
-        pairs = [(b, a) for b, a in zip(r["before"]["redundant"], r["after"]["redundant"]) if None not in (a, b)]
-        d = [a - b for b, a in pairs]
-        se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else 0.0
-        moved.append(bool(d) and abs(statistics.fmean(d)) > 2 * se)
-    lines.append("(c) " + ("some run moved from the SFT start by more than 2 SE" if any(moved)
-                           else "INCONCLUSIVE: no run moved from the SFT start by more than 2 SE"))
+        g = paired(r["after"]["redundant"], r["before"]["redundant"])
+        moved.append(f"{name} {'moved' if g and abs(g['t']) >= g['crit'] else 'did not move'}"
+                     + (f" ({g['mean']:+.3f}, t {g['t']:.2f})" if g else ""))
+    lines.append("(c) after - before RL per run, two-sided at 0.10: " + "; ".join(moved)
+                 + (" -> INCONCLUSIVE: no run moved" if all("did not" in m for m in moved) else ""))
     return lines
 
 
-def bonus_table(res, ks):
+def powered(res, tag="half", k=2):
+    """--powered's (tag "half", K = 0, k) or --powered-arg's ("wrong", K = 0, 1) pre-registered
+    reading (docs/diagnostic.md): the primary measure per algorithm, the falsifiers, the
+    manipulation check and the credit gap."""
+    hi, lo = (lambda a: res[f"{a}-{tag}-k{k}"]), (lambda a: res[f"{a}-{tag}-k0"])  # noqa: E731
+    eff = {a: paired(hi(a)["last"], lo(a)["last"]) for a in NOISE_ALGOS}
+    early = [c for c in hi("grpo")["early"] if c["groups"]]
+    s_sum, s_proc = (statistics.fmean([c[k] for c in early]) if early else None for k in ("summary", "process"))
+    manip = s_sum is not None and s_sum > 0 and s_proc < 0
+    what = "the wrong-argument call" if tag == "wrong" else "the bonus call"
+    lines = [f"Primary: marked training rollouts that made {what}, pooled over the last third of RL steps, "
+             f"K={k} - K=0 paired by seed: {a} {says(e) if e else '(needs 2 seeds)'}" for a, e in eff.items()]
+    lines.append(f"Manipulation check (grpo K={k}, first third of steps, {len(early)} seeds with mixed groups): callers' "
+                 f"S_sum - non-callers' {s_sum if s_sum is None else f'{s_sum:+.3f}'}, S_process "
+                 f"{s_proc if s_proc is None else f'{s_proc:+.3f}'} -> " + ("passed" if manip else "FAILED"))
+    g, sl = eff["grpo"], eff["slca"]
+    if g and sl:
+        fail = "INCONCLUSIVE (the manipulation check failed)" if not manip else "FALSIFIED"
+        lines.append("(a) grpo: " + ("misattribution shown (t at or above the critical value)" if g["shown"]
+                                     else f"{fail}: t under the critical value"))
+        lines.append("(b) slca against grpo: " + (f"{fail}: SLCA's effect at or above GRPO's" if sl["mean"] >= g["mean"]
+                                                  else "protection: SLCA's effect below GRPO's"))
+        dd = paired(*([x - y for x, y in zip(hi(a)["last"], lo(a)["last"])] for a in ("grpo", "slca")))
+        if dd:
+            lines.append(f"Secondary: grpo's effect - slca's, paired: {says(dd)}")
+    for a in NOISE_ALGOS:
+        e = paired(hi(a)["after"]["redundant"], lo(a)["after"]["redundant"])
+        if e:
+            lines.append(f"Secondary: held-out marked eval, greedy, after RL, K={k} - K=0, {a}: {says(e)}")
+    for name, r in res.items():  # reported without thresholds
+        gaps = [c["decision"] for c in r["whole"]]
+        lines.append(f"Credit gap at the decision token, {name} (callers' minus non-callers' advantage, all steps, "
+                     f"per seed): " + ", ".join("-" if x is None else f"{x:+.3f}" for x in gaps))
+    return lines
+
+
+def bonus_table(res, ks, tag="half"):
+    """The marked prompts' table, per seed, and the checks: --bonus's falsifiers (ks), or those of
+    --powered (ks None, tag "half") or --powered-arg (tag "wrong")."""
     head = ("| run | " + " | ".join(f"{t} before -> after" if k == "redundant" else t for k, t in BONUS_METRICS)
-            + " | Success@0.9 (all) | sampled redundant, first -> last 5 steps |")
+            + " | Success@0.9 (all) | sampled redundant (pooled), first -> last third of steps |")
     lines = ["Marked eval prompts (the bonus kinds), greedy; mean ± std over seeds.", "", head,
              "|" + "---|" * (len(BONUS_METRICS) + 3)]
     for name, r in res.items():
-        first = [statistics.fmean([v for _, v in t[:SMOOTH]]) if t else None for t in r["train"]]
-        last = [statistics.fmean([v for _, v in t[-SMOOTH:]]) if t else None for t in r["train"]]
         cells = [f"{fmt(r['before']['redundant'])} -> {fmt(r['after']['redundant'])}"]
         cells += [fmt(r["after"][k]) for k, _ in BONUS_METRICS[1:]]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {fmt(r['all'])} | {fmt(first)} -> {fmt(last)} |")
-    lines += ["", "Per seed, held-out redundant-call rate before -> after RL:", ""]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {fmt(r['all'])} | {fmt(r['first'])} -> {fmt(r['last'])} |")
+    lines += ["", "Per seed, held-out redundant-call rate before -> after RL; sampled rate pooled, first -> last third:", ""]
     for name, r in res.items():
-        lines.append(f"- {name}: " + ", ".join(f"seed {s}: {b} -> {a}" for s, b, a in
-                                                zip(r["seeds"], r["before"]["redundant"], r["after"]["redundant"])))
-    return "\n".join(lines + ["", "Falsifiers (README):", ""] + ["- " + x for x in falsifiers(res, ks)]) + "\n"
+        lines.append(f"- {name}: " + ", ".join(f"seed {s}: {b} -> {a} (sampled {f} -> {l})" for s, b, a, f, l in
+                                                zip(r["seeds"], r["before"]["redundant"], r["after"]["redundant"],
+                                                    r["first"], r["last"])))
+    checks = falsifiers(res, ks) if ks is not None else powered(res, tag, 2 if tag == "half" else 1)
+    return "\n".join(lines + ["", "Falsifiers (README):", ""] + ["- " + x for x in checks]) + "\n"
 
 
 def plot_bonus(res, path):
@@ -462,6 +607,12 @@ def experiment(a, out):
         w0 = worlds[a.bonus[0]]
         return ([(f"{algo}-k{k}", ALGOS[algo] + ["--data", worlds[k]["rl"], "--eval-data", worlds[k]["eval"]])
                  for k in a.bonus for algo in NOISE_ALGOS], ["--data", w0["rl"], "--sft-data", w0["sft"]])
+    if a.powered or a.powered_arg:  # --powered: the SFT start of `--bonus 0 ...` (its tokenizer learns world-k0's texts)
+        wrong, tag = (True, "wrong") if a.powered_arg else (False, "half")
+        w0 = bonus_world(out, 0, a.world_scale, wrong=wrong)
+        half = {k: bonus_world(out, k, a.world_scale, half=True, wrong=wrong) for k in POWERED_K[wrong]}
+        return ([(f"{algo}-{tag}-k{k}", ALGOS[algo] + ["--data", half[k]["rl"], "--eval-data", half[k]["eval"]])
+                 for k in POWERED_K[wrong] for algo in NOISE_ALGOS], ["--data", w0["rl"], "--sft-data", w0["sft"]])
     if a.noise:
         return [noise_run(algo, p) for p in a.noise for algo in NOISE_ALGOS], []
     if a.turn_credit is not None:
@@ -471,22 +622,23 @@ def experiment(a, out):
 
 def write_outputs(a, argv, out, res, wall, kept):
     """<out>/<stem>.md and .json, and the figures; returns (stem, the header, the report text, the figures' names)."""
-    text = (bonus_table(res, a.bonus) if a.bonus is not None else turn_report(res) if a.turn_credit is not None
+    text = (bonus_table(res, a.bonus) if a.bonus is not None else bonus_table(res, None) if a.powered
+            else bonus_table(res, None, "wrong") if a.powered_arg else turn_report(res) if a.turn_credit is not None
             else table(res))
     header = (f"# scripts/reproduce.py {' '.join(argv)}\n\nseeds {a.seeds}, wall time {wall:.0f}s ({a.jobs} runs at a time, "
               f"{1 if a.jobs > 1 else os.environ.get('OMP_NUM_THREADS', 'default')} thread(s) each{kept}); "
               "held-out eval split, greedy.\n\n")
-    stem = ("bonus" if a.bonus is not None else "noise" if a.noise else "turn" if a.turn_credit is not None
+    stem = ("bonus" if a.bonus is not None else "powered" if a.powered else "powered-arg" if a.powered_arg else "noise" if a.noise else "turn" if a.turn_credit is not None
             else "table")  # beside the comparison's
     with open(os.path.join(out, f"{stem}.md"), "w") as f:
         f.write(header + text)
     with open(os.path.join(out, f"{stem}.json"), "w") as f:
-        json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "bonus": a.bonus, "turn_credit": a.turn_credit,
+        json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "bonus": a.bonus, "powered": a.powered, "powered_arg": a.powered_arg, "turn_credit": a.turn_credit,
                    "wall_s": wall, "results": res},
                   f, indent=1)
-    if a.bonus is not None:
-        plot_bonus(res, os.path.join(out, "bonus.png"))
-        pngs = "bonus.png"
+    if a.bonus is not None or a.powered or a.powered_arg:
+        plot_bonus(res, os.path.join(out, f"{stem}.png"))
+        pngs = f"{stem}.png"
     else:
         plot_curves(res, os.path.join(out, "curves.png" if stem == "table" else f"{stem}-curves.png"))
         pngs = {"noise": "noise-curves.png, noise.png", "turn": "turn-curves.png"}.get(stem, "curves.png, demo.png")
@@ -501,25 +653,31 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0 1 2 (--powered, --powered-arg: 0 1 2 3)")
     p.add_argument("--algos", nargs="+", choices=list(ALGOS), default=list(ALGOS))
     p.add_argument("--noise", type=float, nargs="+", default=None,
                    help="judge-noise levels: run SLCA and GRPO at each instead of --algos (p = 0 reuses "
                         "the comparison's runs in the same --out)")
     p.add_argument("--bonus", type=int, nargs="+", default=None, choices=[0, 1, 2], metavar="K",
                    help="the diagnostic: SLCA and GRPO on the bonus world at each K, from one SFT start per seed")
+    p.add_argument("--powered", action="store_true",
+                   help="the pre-registered diagnostic: SLCA and GRPO at K = 0, 2 on half-marked RL prompts, 4 seeds")
+    p.add_argument("--powered-arg", action="store_true",
+                   help="the other direction, pre-registered: SLCA and GRPO at K = 0, 1 on half-marked prompts of "
+                        "make_world's --wrong world (a wrong argument the summary reward pays for), 4 seeds")
     p.add_argument("--turn-credit", type=float, default=None, metavar="OMEGA",
                    help="per-turn credit: SLCA, GRPO and SLCA with --turn-credit OMEGA instead of --algos (slca "
                         "and grpo reuse the comparison's runs in the same --out)")
-    p.add_argument("--world-scale", type=float, default=1.0, help="--bonus: the generated world's size (tests: small)")
+    p.add_argument("--world-scale", type=float, default=1.0, help="--bonus, --powered: the generated world's size (tests: small)")
     p.add_argument("--size", choices=["demo", "toy"], default="demo",
                    help="toy: a few seconds per run (the smoke test)")
     p.add_argument("--out", default="runs/reproduce")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="runs at a time, each in its own process on one thread (1: one after the other, in-process)")
     a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
-    if sum(x is not None for x in (a.noise, a.bonus, a.turn_credit)) > 1:
-        p.error("--noise, --bonus and --turn-credit are separate experiments: give one")
+    if sum(x not in (None, False) for x in (a.noise, a.bonus, a.turn_credit, a.powered, a.powered_arg)) > 1:
+        p.error("--noise, --bonus, --powered, --powered-arg and --turn-credit are separate experiments: give one")
+    a.seeds = a.seeds or ([0, 1, 2, 3] if a.powered or a.powered_arg else [0, 1, 2])
     out = a.out
     os.makedirs(out, exist_ok=True)
     extra = (TOY if a.size == "toy" else []) + extra
@@ -528,7 +686,7 @@ def main(argv=None):
     plan, start_flags = experiment(a, out)
     runs, starts = {}, {}
     for seed in a.seeds:
-        starts[seed] = os.path.join(out, f"sft-s{seed}")
+        starts[seed] = os.path.join(out, f"sft{'-wrong' * a.powered_arg}-s{seed}")  # --wrong's SFT data differ
         for name, flags in plan:
             runs[(name, seed)] = os.path.join(out, f"{name}-s{seed}")
     with ThreadPoolExecutor(a.jobs) as pool:  # the SFT starts first, then every RL run from them
@@ -538,7 +696,7 @@ def main(argv=None):
                                               + preset_flags(extra) + dict(plan)[job[0]] + ["--sft-data", ""],
                                               runs[job], a.jobs), runs)
 
-    res = bonus_summary(runs) if a.bonus is not None else collect(runs)
+    res = bonus_summary(runs) if a.bonus is not None or a.powered or a.powered_arg else collect(runs)
     wall = time.time() - t0
     kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""
     stem, header, text, pngs = write_outputs(a, argv, out, res, wall, kept)

@@ -814,3 +814,37 @@ def test_bonus_call_costs_process_and_pays_summary_with_the_real_scorer(tmp_path
             assert 0.05 - 1e-9 <= cost <= 0.09, (t.question, cost)
             assert lo - 1e-9 <= got <= hi + 1e-9, (k, t.question, got)
             assert (s1["score"] > s0["score"]) == (k > 0)
+
+
+def test_wrong_world_marks_the_free_argument_kinds_and_its_reference_pays_the_wrong_call(tmp_path):
+    """--wrong K: the WRONG kinds' rows name the call and its wrong arguments and record its
+    answer; K = 1 swaps the facts for the wrong response's; gold and questions do not move; the
+    SFT data is one for both K, about BONUS_SHARE of those kinds' demonstrations use the wrong
+    argument. With the real scorer the wrong call costs S_process (the value share) and, at
+    K = 1 only, stating what it answers raises S_sum, so the total score prefers it."""
+    import rewards
+    w = {k: make_world.generate(0, 0.25, wrong_k=k) for k in (None, 0, 1)}
+    t = {k: load_tasks(write_jsonl(tmp_path / f"rl-{k}.jsonl", w[k]["rl"])) for k in w}
+    assert w[0]["sft"] == w[1]["sft"] and w[None]["rl"] == make_world.generate(0, 0.25)["rl"]
+    marked = [(a, b, c) for a, b, c in zip(t[None], t[0], t[1]) if b.bonus]
+    assert 0.04 < len(marked) / len(t[None]) < 0.2 and not any(x.bonus for x in t[None])
+    judge = FactsJudge()
+    for a, b, c in marked:
+        assert (a.gold, a.question) == (c.gold, c.question) and b.facts == a.facts and c.facts != a.facts
+        bad = c.responses[-1]
+        assert c.responses[:-1] == a.responses and bad["name"] == c.bonus == a.gold[0][0]["name"]
+        assert c.bonus_args and all(bad["arguments"][k] == v != a.gold[0][0]["arguments"][k] for k, v in c.bonus_args.items())
+        right = "<tool_call>\n" + json.dumps(a.gold[0]) + "\n</tool_call>"
+        wrong = "<tool_call>\n" + json.dumps([{"name": bad["name"], "arguments": bad["arguments"]}]) + "\n</tool_call>"
+        said_right, said_wrong = " ".join(a.facts) + " were found.", " ".join(c.facts) + " were found."
+        s0 = rewards.score(right + said_right, said_right, [a.responses[0]["response"]], c, judge)
+        s1 = rewards.score(wrong + said_wrong, said_wrong, [bad["response"]], c, judge)
+        assert 0.05 < s0["process"] - s1["process"] < 0.2 and s1["summary"] - s0["summary"] >= 0.25
+        assert s1["score"] > s0["score"]
+        z0 = rewards.score(right + said_right, said_right, [a.responses[0]["response"]], b, judge)
+        z1 = rewards.score(wrong + said_wrong, said_wrong, [bad["response"]], b, judge)
+        assert z0["score"] > z1["score"]  # K = 0: the reference is the gold's, so the total prefers it
+    kinds = [ex["kind"] in make_world.WRONG for ex in make_world.examples(0, 0.25)["sft"]]
+    changed = [x != y for x, y, k in zip(w[None]["sft"], w[1]["sft"], kinds) if k]
+    assert not any(x != y for x, y, k in zip(w[None]["sft"], w[1]["sft"], kinds) if not k)
+    assert abs(sum(changed) / len(changed) - make_world.BONUS_SHARE) < 0.15

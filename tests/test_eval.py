@@ -509,3 +509,15 @@ def test_import_eval_needs_no_extra():
     """Top-level modules never import bench/ (it has its own command line, `python -m bench`)."""
     code = "import sys, eval, train; assert not [m for m in sys.modules if m.startswith('bench')], 'bench imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(E.__file__).parent)
+
+
+def test_a_marked_call_with_wrong_arguments_counts_only_when_its_arguments_match():
+    """--wrong's world: `redundant` is set when the marked tool is called with the marked wrong
+    arguments (loosely equal), not when it is called with the gold's."""
+    task = Task(messages=[], tools=[], allowed_tools=["f"], gold=[[{"name": "f", "arguments": {"x": 1, "u": "C"}}]],
+                question="What is f of 1 in C?", parallel_type="single_step_single_tool", facts=["42"], bonus="f",
+                bonus_args={"u": "F"})
+    obs = ['{"y": 42}']
+    call = '<tool_call>{"name": "f", "arguments": {"x": 1, "u": "%s"}}</tool_call>'
+    rs = [fixture_rollout(task, obs, (call % u, obs), ("f of 1 is 42.", [])) for u in ("F", "C")]
+    assert [s["redundant"] for s in rewards.score_rollouts(rs, FactsJudge())] == [1.0, 0.0]

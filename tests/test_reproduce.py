@@ -81,24 +81,125 @@ def test_bonus_mode_runs_slca_and_grpo_per_k_from_one_sft_start(tmp_path):
     assert all(x is not None for x in r["before"]["redundant"] + r["after"]["redundant"])  # marked eval prompts
     assert any(t for t in r["train"])  # the sampled rate, from rollouts.jsonl
     text = (out / "bonus.md").read_text()
-    assert "redundant before -> after" in text and "Falsifiers" in text
+    assert "redundant before -> after" in text and "Falsifiers" in text and "pooled" in text
     assert (out / "bonus.png").stat().st_size > 1000
 
 
-def test_bonus_falsifiers_read_the_gaps_against_two_standard_errors():
+def test_powered_mode_runs_k0_and_k2_on_half_marked_prompts_from_the_bonus_sft_start(tmp_path, capsys):
+    """--powered: the half-marked worlds at K = 0, 2 (the same prompts, all marked rows of a larger
+    world and as many unmarked; a marked-only eval), SLCA and GRPO from the SFT start --bonus makes,
+    and the pre-registered reading: primary measure, falsifiers, manipulation check, credit gap."""
+    out = tmp_path / "powered"
+    res = reproduce.main(["--size", "toy", "--jobs", "1", "--seeds", "0", "1", "--powered", "--world-scale", "0.05",
+                          "--out", str(out), "--", "--eval-limit", "6", "--prompts-per-step", "8", "--mini-batch", "4",
+                          "--steps", "3"])
+    assert sorted(res) == ["grpo-half-k0", "grpo-half-k2", "slca-half-k0", "slca-half-k2"]
+    rl = {k: [json.loads(x) for x in (out / f"world-half-k{k}" / "rl.jsonl").read_text().splitlines()] for k in (0, 2)}
+    marked = [r for r in rl[2] if "bonus_call" in r["extra_info"]]
+    assert 2 * len(marked) == len(rl[2]) and len(rl[2]) > 2 * 0.147 * 600 * 0.05  # half marked, from a larger world
+    assert [r["prompt"] for r in rl[0]] == [r["prompt"] for r in rl[2]]          # K changes only the reference
+    ev = (out / "world-half-k2" / "eval.jsonl").read_text().splitlines()
+    assert ev and all("bonus_call" in json.loads(x)["extra_info"] for x in ev)
+    cfg = json.loads((out / "grpo-half-k2-s1" / "config.json").read_text())
+    assert cfg["model"] == str(out / "sft-s1" / "sft") and cfg["data"].endswith("world-half-k2/rl.jsonl")
+    assert json.loads((out / "sft-s0" / "config.json").read_text())["data"].endswith("world-k0/rl.jsonl")  # --bonus's
+    assert all(x is not None for x in res["grpo-half-k2"]["last"])  # pooled from rollouts.jsonl
+    text = (out / "powered.md").read_text()
+    for part in ("Primary: marked training rollouts", "grpo +", "Manipulation check", "(a) grpo:", "(b) slca against grpo:",
+                 "Credit gap at the decision token, slca-half-k2", "wall time"):
+        assert part in text, part
+    assert "wall time" in capsys.readouterr().out and (out / "powered.png").exists()
+
+
+def test_powered_arg_mode_runs_the_wrong_argument_world_from_its_own_sft_start(tmp_path):
+    """--powered-arg: make_world's --wrong world at K = 0, 1, half marked, its own SFT start per
+    seed (the teacher's demonstrations differ from --bonus's), and the same pre-registered reading."""
+    out = tmp_path / "arg"
+    res = reproduce.main(["--size", "toy", "--jobs", "1", "--seeds", "0", "--powered-arg", "--world-scale", "0.05",
+                          "--out", str(out), "--", "--eval-limit", "6", "--prompts-per-step", "8", "--mini-batch", "4"])
+    assert sorted(res) == ["grpo-wrong-k0", "grpo-wrong-k1", "slca-wrong-k0", "slca-wrong-k1"]
+    rl = [json.loads(x) for x in (out / "world-wrong-half-k1" / "rl.jsonl").read_text().splitlines()]
+    marked = [r for r in rl if "bonus_args" in r["extra_info"]]
+    assert marked and 2 * len(marked) == len(rl)
+    cfg = json.loads((out / "slca-wrong-k1-s0" / "config.json").read_text())
+    assert cfg["model"] == str(out / "sft-wrong-s0" / "sft") and not (out / "sft-s0").exists()
+    text = (out / "powered-arg.md").read_text()
+    assert "made the wrong-argument call" in text and "K=1 - K=0" in text and "Credit gap" in text
+
+
+def test_powered_reading_follows_the_pre_registration():
+    """powered() on made-up results of 4 seeds: misattribution and protection shown; GRPO flat ->
+    falsified when the manipulation check passed, inconclusive when it failed."""
+    def run(last, early=(0.2, -0.05), gap=0.5):
+        c = {"summary": early[0], "process": early[1], "decision": gap, "groups": 3}
+        return {"last": last, "after": {"redundant": last}, "early": [c] * 4, "whole": [c] * 4}
+    res = {"slca-half-k0": run([0.30, 0.32, 0.28, 0.30]), "slca-half-k2": run([0.33, 0.36, 0.30, 0.33]),
+           "grpo-half-k0": run([0.45, 0.40, 0.50, 0.44]), "grpo-half-k2": run([0.65, 0.58, 0.72, 0.66])}
+    text = "\n".join(reproduce.powered(res))
+    assert "grpo +0.205 (per seed +0.200, +0.180, +0.220, +0.220" in text and "df 3, one-sided 0.05 critical 2.353" in text
+    assert "-> passed" in text and "misattribution shown" in text and "protection: SLCA's effect below" in text
+    assert "Credit gap at the decision token, grpo-half-k2 (callers' minus non-callers' advantage, all steps, per " \
+           "seed): +0.500, +0.500, +0.500, +0.500" in text
+    res["grpo-half-k2"] = run([0.44, 0.41, 0.49, 0.45])
+    text = "\n".join(reproduce.powered(res))
+    assert "(a) grpo: FALSIFIED: t under" in text and "(b) slca against grpo: FALSIFIED: SLCA's effect at or above" in text
+    res["grpo-half-k2"] = run([0.44, 0.41, 0.49, 0.45], early=(-0.1, -0.05))  # the summary did not pay for the call
+    text = "\n".join(reproduce.powered(res))
+    assert "-> FAILED" in text and "(a) grpo: INCONCLUSIVE (the manipulation check failed)" in text
+
+
+def test_paired_t_on_the_issues_hand_computed_case():
+    """GRPO's held-out K1 - K0 per seed (README): +0.111, +0.083, +0.222 -> mean +0.139, SD of the
+    differences 0.0735, SE 0.0735 / sqrt(3) = 0.0424, t = 3.27, df 2, critical 2.920 (one-sided 0.05)."""
+    p = reproduce.paired([0.417, 0.417, 0.750], [0.306, 0.334, 0.528])
+    assert [round(x, 3) for x in p["d"]] == [0.111, 0.083, 0.222]
+    assert round(p["mean"], 3) == 0.139 and round(p["se"], 4) == 0.0424 and round(p["t"], 2) == 3.27
+    assert p["df"] == 2 and p["crit"] == 2.920 and p["shown"]
+    assert "+0.139 (per seed +0.111, +0.083, +0.222; SE 0.042, t 3.27, df 2" in reproduce.says(p)
+    q = reproduce.paired([0.3, 0.5, 0.4, None], [0.2, 0.3, 0.5, 0.1])  # a missing seed is left out
+    assert q["df"] == 2 and round(q["mean"], 3) == 0.067 and not q["shown"]
+    assert reproduce.paired([0.5, 0.5], [0.4, 0.4])["t"] == float("inf")  # equal differences: no variance
+    assert reproduce.paired([0.5], [0.4]) is None and reproduce.T95[29] == 1.697
+
+
+def test_bonus_falsifiers_read_paired_t_tests():
     def run(before, after):
         return {"before": {"redundant": before}, "after": {"redundant": after}}
     res = {"slca-k0": run([0.5, 0.5, 0.5], [0.20, 0.22, 0.18]), "slca-k1": run([0.5, 0.5, 0.5], [0.21, 0.19, 0.20]),
            "grpo-k0": run([0.5, 0.5, 0.5], [0.40, 0.42, 0.38]), "grpo-k1": run([0.5, 0.5, 0.5], [0.80, 0.78, 0.82])}
     a, b, c = reproduce.falsifiers(res, [0, 1])
     assert "misattribution shown" in a and "+0.400" in a
-    assert "no leakage" in b and "some run moved" in c
-    res["slca-k1"] = run([0.5] * 3, [0.60, 0.62, 0.58])   # SLCA's rate follows K: leakage
+    assert "no difference shown" in b and "INCONCLUSIVE" not in c and "grpo-k1 moved" in c
+    res["slca-k1"] = run([0.5] * 3, [0.60, 0.62, 0.58])   # SLCA's rate follows K
     res["grpo-k1"] = run([0.5] * 3, [0.41, 0.39, 0.40])   # GRPO's does not: (a) falsified
     a, b, _ = reproduce.falsifiers(res, [0, 1])
-    assert "FALSIFIED" in a and "LEAKAGE" in b
+    assert "FALSIFIED" in a and "differs" in b
     still = {k: run([0.5] * 3, [0.49, 0.51, 0.50]) for k in res}
     assert "INCONCLUSIVE" in reproduce.falsifiers(still, [0, 1])[2]
+
+
+def test_sampled_rate_is_pooled_over_rollouts_and_the_contrast_routes_the_decision(tmp_path):
+    """A toy rollouts.jsonl: 6 steps, marked and unmarked rows; the pooled rate of the last third
+    weighs each rollout once (a mean of per-step means would not), and the decision token's
+    advantage is a caller's adv_tool and a non-caller's adv_sum under SLCA, Eq. 6's under GRPO."""
+    rows = [{"step": s, "group": 0, "process": 1.0, "summary": 0.5, "score": 1.5, "adv_tool": 0.0, "adv_sum": 0.0}
+            for s in range(1, 7)]  # unmarked: no "redundant"
+    def marked(step, group, call, n=1):
+        return [{"step": step, "group": group, "redundant": float(call), "process": 0.9 if call else 1.0,
+                 "summary": 1.0 if call else 0.5, "score": 1.9 if call else 1.5, "adv_tool": -1.0 if call else 1.0,
+                 "adv_sum": 1.0 if call else -1.0}] * n
+    rows += marked(5, 1, 1) + marked(5, 1, 0) + marked(6, 1, 0, 3) + marked(6, 2, 1) + marked(1, 1, 1, 2)
+    (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows = reproduce.read(tmp_path / "rollouts.jsonl")
+    first, last = reproduce.thirds(rows)
+    assert first == {1, 2} and last == {5, 6}
+    assert reproduce.pooled(rows, last) == 2 / 6                   # per-step means would give (1/2 + 1/4) / 2
+    assert reproduce.pooled(rows, first) == 1.0 and reproduce.pooled(rows, {3}) is None
+    slca = reproduce.contrast([r for r in rows if r["step"] in last], grpo=False)
+    assert slca["groups"] == 1 and slca["decision"] == -1.0 - (-1.0)  # caller's adv_tool minus non-caller's adv_sum
+    assert slca["summary"] == 0.5 and round(slca["process"], 3) == -0.1
+    grpo = reproduce.contrast([r for r in rows if r["step"] in last], grpo=True)
+    assert round(grpo["decision"], 3) == round(2 / 2 ** 0.5, 3)     # scores 1.9, 1.5: Â = ±0.707
 
 
 def test_turn_credit_mode_runs_slca_grpo_and_slca_turn_from_one_sft_start(tmp_path):
