@@ -609,17 +609,7 @@ def run(a, rank, tasks, evals, convs, frozen, got):
         print(plan(a, len(tasks), len(evals), len(convs), os.path.isdir(sft_dir), steps))
     model = shard(model, a.dtype)
     if convs and not os.path.isdir(sft_dir):
-        if a.resume:
-            logs.rewind(dict.fromkeys(LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
-        def sft_row(row):  # after each SFT step: its row, the next step's thread count, a stop if one came
-            logs.write({**row, "threads": torch.get_num_threads()})
-            threads.update()
-            stop_if_asked(got, main_rank)
-        model = adapter(a, model)
-        with autocast(a.dtype, a.device):
-            warm_start(model, tok, convs, sft_config(a), sft_row)
-        model = lora.merge(model) if a.lora_r else model  # the SFT policy: base + adapter, now the frozen base
-        save_final(model, tok, sft_dir, rank, info={"logs": logs.sizes()})
+        model = sft_stage(a, model, tok, convs, logs, threads, got, rank, sft_dir)
     model, ref = rl_models(a, model, sft_dir if os.path.isdir(sft_dir) else name)
     eval_row = lambda label, step: run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step)  # noqa: E731
 
@@ -658,6 +648,23 @@ def run(a, rank, tasks, evals, convs, frozen, got):
             print(format_table(table))
         print(f"done in {time.time() - t_start:.0f}s; checkpoint in {final}")
     logs.close()
+
+
+def sft_stage(a, model, tok, convs, logs, threads, got, rank, sft_dir):
+    """The warm start (lib/sft.py; with LoRA an adapter, merged after), its result saved to `sft_dir`."""
+    if a.resume:
+        logs.rewind(dict.fromkeys(LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
+
+    def sft_row(row):  # after each SFT step: its row, the next step's thread count, a stop if one came
+        logs.write({**row, "threads": torch.get_num_threads()})
+        threads.update()
+        stop_if_asked(got, rank == 0)
+    model = adapter(a, model)
+    with autocast(a.dtype, a.device):
+        warm_start(model, tok, convs, sft_config(a), sft_row)
+    model = lora.merge(model) if a.lora_r else model  # the SFT policy: base + adapter, now the frozen base
+    save_final(model, tok, sft_dir, rank, info={"logs": logs.sizes()})
+    return model
 
 
 def plan(a, n_rl, n_eval, n_sft, sft_done, steps):
