@@ -3,18 +3,23 @@
     python scripts/probe.py                        # 0.5B, 1.5B and 3B shapes, G = 16, on the GPU
     python scripts/probe.py --sizes tiny --device cpu --prompts 1 --group-size 2 --new-tokens 8   # CPU smoke
     python scripts/probe.py --sampler compiled     # sampling by lib/sampler.py, its steps compiled (lib/compiled.py)
+    python scripts/probe.py --sizes 3B --lora-r 8  # LoRA (lib/lora.py): adapters only, the reference = adapters off
 
 For each shape (Qwen2.5's: hidden, layers, heads, kv heads, MLP width, 151,936-token
 vocabulary, tied embeddings) it builds the model the way train.py does (float32 master
-weights, bf16 autocast, activation checkpointing, a bf16 reference), samples G rollouts for
+weights, bf16 autocast, activation checkpointing, a bf16 reference or, with --lora-r, a LoRA
+adapter whose reference is the same weights with it off), samples, on weights cast to bf16 once
+(lib.parallel.cast_once, as train.rl_step), G rollouts for
 each of --prompts synthetic prompts of --prompt-tokens random ids (exactly --new-tokens
 each; --sampler: Hugging Face `model.generate` as rollout.generate, or lib.sampler.sample with
 each decoding step through the model's forward, "cached", or lib/compiled.py's compiled step,
 "compiled", whose compile time is measured apart, on a first 2-id sample), then runs the old
 and reference log-prob passes and the PPO update (train.ppo_update, the release's loss
-aggregation). It prints sampling tokens/s, the time of each phase, and
-the peak GPU memory beside what README's memory plan predicts for the states
-(18 B per parameter). Without a GPU (and without --device cpu) it says so and exits 0.
+aggregation). It prints sampling tokens/s beside its memory-bandwidth floor (each decode step
+reads the bf16 weights and the rows' KV cache at --bandwidth, scripts/plan.py's H100 by default), the time of each
+phase, and the peak GPU memory beside what scripts/plan.py predicts for the states (18 B per
+parameter; with LoRA 4 B per base and 16 B per adapter parameter). Without a GPU (and without
+--device cpu) it says so and exits 0.
 """
 import argparse
 import os
@@ -26,9 +31,11 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lib import compiled  # noqa: E402
 from lib import logprobs  # noqa: E402
+from lib import lora  # noqa: E402
 from lib import parallel  # noqa: E402
 from lib import sampler  # noqa: E402
 import train  # noqa: E402
+from scripts import plan  # noqa: E402
 
 SHAPES = {  # Qwen2.5 configs: hidden, layers, heads, kv heads, intermediate
     "tiny": (64, 2, 4, 2, 128),
@@ -77,9 +84,13 @@ def probe(size, p):
     model = Qwen2ForCausalLM(cfg).to(p.device)                             # float32 master weights
     model.activation_checkpointing_enable()
     model.config.use_cache = False
-    ref = Qwen2ForCausalLM(cfg).to(p.device, torch.bfloat16).eval().requires_grad_(False)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     n_params = sum(x.numel() for x in model.parameters())
+    if p.lora_r:
+        model = lora.add_adapter(model, p.lora_r, 2.0 * p.lora_r, lora.DROPOUT, lora.TARGETS, 0)
+        ref, states = model, 4 * n_params + 16 * plan.adapter_params(cfg, p.lora_r)
+    else:
+        ref, states = Qwen2ForCausalLM(cfg).to(p.device, torch.bfloat16).eval().requires_grad_(False), 18 * n_params
+    opt = torch.optim.AdamW([x for x in model.parameters() if x.requires_grad], lr=a.lr, weight_decay=a.weight_decay)
     cuda = p.device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -87,7 +98,7 @@ def probe(size, p):
     prompt = torch.randint(0, cfg.vocab_size, (p.prompts, T), device=p.device).repeat_interleave(p.group_size, 0)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     times = {}
-    with parallel.autocast(a.dtype, a.device):
+    with parallel.autocast(a.dtype, a.device), parallel.cast_once(model, a.dtype):
         sync()
         t = time.time()
         out, compile_s, t = sample_rows(model, prompt, p, B, sync, t)
@@ -101,21 +112,26 @@ def probe(size, p):
                  "tool_mask": tool, "summary_mask": resp - tool}
         A = torch.randn(B, 1, device=p.device) * resp                    # (B, L)
         t = time.time()
+        lp = lambda m: torch.cat([logprobs.token_logprobs(m, *(batch[k][r] for k in (  # noqa: E731
+            "input_ids", "attention_mask", "response_mask"))) for r in torch.arange(B).split(a.micro_batch)])
         with torch.no_grad():
-            old = torch.cat([logprobs.token_logprobs(model, *(batch[k][r] for k in ("input_ids", "attention_mask",
-                            "response_mask"))) for r in torch.arange(B).split(a.micro_batch)])
-            refl = torch.cat([logprobs.token_logprobs(ref, *(batch[k][r] for k in ("input_ids", "attention_mask",
-                             "response_mask"))) for r in torch.arange(B).split(a.micro_batch)])
+            old = lp(model)
+            with lora.adapters_off(ref):
+                refl = lp(ref)
         sync()
         times["old+ref"] = time.time() - t
+    with parallel.autocast(a.dtype, a.device):
         t = time.time()
         train.ppo_update(model, opt, batch, old, refl, A, a, 0)
         sync()
         times["update"] = time.time() - t
     peak = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
-    print(f"{size:>5} {n_params / 1e9:6.2f}B  sample {B * p.new_tokens / times['sample']:8.0f} tok/s  "
+    step_bytes = 2 * n_params + B * (T + p.new_tokens / 2) * plan.kv_bytes(cfg, 1)  # one decode step's reads
+    floor = B * p.bandwidth / step_bytes                                           # tok/s
+    print(f"{size:>5} {n_params / 1e9:6.2f}B{f' LoRA r {p.lora_r}' if p.lora_r else ''}  "
+          f"sample {B * p.new_tokens / times['sample']:8.0f} tok/s (floor {floor:.0f} at {p.bandwidth / 1e12:.2f} TB/s)  "
           + "  ".join(f"{k} {v:6.1f}s" for k, v in times.items())
-          + f"  step {sum(times.values()):6.1f}s  peak {peak:6.1f} GB  (plan: states {18 * n_params / 1e9:.1f} GB)"
+          + f"  step {sum(times.values()):6.1f}s  peak {peak:6.1f} GB  (plan: states {states / 1e9:.1f} GB)"
           + (f"  (sampler compile {compile_s:.1f}s)" if compile_s is not None else ""))
 
 
@@ -128,6 +144,9 @@ def main(argv=None):
     p.add_argument("--prompt-tokens", type=int, default=2048)
     p.add_argument("--new-tokens", type=int, default=1024, help="sampled tokens per rollout")
     p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0: full fine-tuning)")
+    p.add_argument("--bandwidth", type=float, default=plan.BANDWIDTH,
+                   help="memory bandwidth of the GPU, bytes/s, for the decode floor (H200: 4.8e12)")
     p.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0],
                    help="generate = model.generate; cached = lib/sampler.py; compiled = its steps compiled")
     p = p.parse_args(argv)

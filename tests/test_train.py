@@ -229,6 +229,9 @@ def test_gpu_probe_says_no_gpu_and_runs_a_cpu_smoke_step(capsys, monkeypatch):
     assert probe.main(["--sizes", "tiny", "--device", "cpu", "--prompts", "1", "--group-size", "2",
                        "--new-tokens", "4", "--prompt-tokens", "8"]) == 0
     assert "sample" in capsys.readouterr().out
+    assert probe.main(["--sizes", "tiny", "--device", "cpu", "--prompts", "1", "--group-size", "2",
+                       "--new-tokens", "4", "--prompt-tokens", "8", "--lora-r", "2"]) == 0
+    assert "LoRA r 2" in capsys.readouterr().out
     monkeypatch.setattr(probe.compiled, "compiled", probe.compiled.decode)  # the step uncompiled: no compile here
     assert probe.main(["--sizes", "tiny", "--device", "cpu", "--prompts", "1", "--group-size", "2",
                        "--new-tokens", "4", "--prompt-tokens", "8", "--sampler", "compiled"]) == 0
