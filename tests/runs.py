@@ -4,8 +4,10 @@ uninterrupted one (test_resume.py's docstring says why only there), and the unin
 reference run each of those files compares against."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import torch
 from safetensors.torch import load_file
@@ -43,6 +45,23 @@ def run(cmd, out, rl, sft, *extra):
     argv = ["--data", rl, "--sft-data", sft, "--out", str(out), *ARGS, *extra]
     return subprocess.Popen([sys.executable, *cmd, *argv], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def killed_then_resumed(out, rl, sft, *extra):
+    """SIGKILL a run once checkpoint 2 is on disk, check it died mid-run, then --resume it to the end:
+    the resumed run's log."""
+    p = run(["train.py"], out, rl, sft, *extra)
+    deadline = time.time() + 300
+    while not os.path.isdir(os.path.join(out, "ckpt", "step-2")) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.communicate()
+    assert not os.path.isdir(os.path.join(out, "final"))               # it really died mid-run
+    p = run(["train.py"], out, rl, sft, *extra, "--resume")
+    log = p.communicate(timeout=300)[0]
+    assert p.returncode == 0, log
+    assert "resumed from" in log
+    return log
 
 
 def weights(out):

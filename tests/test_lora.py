@@ -6,8 +6,6 @@ adapter bit for bit at one thread (tests/runs.py), final/ (the adapter) and fina
 eval.py and from_pretrained, and torchrun with --lora-r is refused in one line."""
 import json
 import os
-import signal
-import time
 
 import pytest
 import torch
@@ -17,7 +15,7 @@ import train
 from lib import lora, parallel
 from lib.model import load_policy
 from helpers import write_world
-from runs import ARGS, run, same
+from runs import ARGS, killed_then_resumed, run, same
 
 # over runs.ARGS: rank-4 adapters, final/merged, and a seed and SFT under which every RL step of this toy run has
 # a nonzero gradient (test_lora_trains_adapters_only... checks it, so a run that learns nothing fails)
@@ -90,17 +88,7 @@ def test_lora_trains_adapters_only_and_the_reference_is_the_sft_model(tmp_path, 
 def test_sigkill_then_resume_ends_with_the_uninterrupted_adapter(straight):
     tmp, rl, sft = straight
     out = tmp / "killed"
-    p = run(["train.py"], out, rl, sft, *LORA)
-    deadline = time.time() + 300
-    while not os.path.isdir(out / "ckpt" / "step-2") and p.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    p.send_signal(signal.SIGKILL)
-    p.communicate()
-    assert not os.path.isdir(out / "final")                 # it really died mid-run
-    p = run(["train.py"], out, rl, sft, *LORA, "--resume")
-    log = p.communicate(timeout=300)[0]
-    assert p.returncode == 0, log
-    assert "resumed from" in log
+    killed_then_resumed(out, rl, sft, *LORA)
     for f in ("adapter_model.safetensors", "merged/model.safetensors"):
         got, want = load_file(out / "final" / f), load_file(tmp / "straight" / "final" / f)
         assert same(got, want), f

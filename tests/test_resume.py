@@ -22,7 +22,7 @@ import torch
 
 from lib import parallel
 from helpers import tiny_model
-from runs import ARGS, SIGNAL_ITSELF, logged, run, same, weights
+from runs import ARGS, SIGNAL_ITSELF, killed_then_resumed, logged, run, same, weights
 
 # the child SIGKILLs itself after writing the weights of checkpoint 3, before the folder is renamed
 KILL_IN_WRITE = """
@@ -41,17 +41,7 @@ train.main(sys.argv[1:])
 def test_sigkill_between_steps_then_resume_is_bit_exact(reference):
     tmp, rl, sft, want = reference
     out = tmp / "killed"
-    p = run(["train.py"], out, rl, sft)
-    deadline = time.time() + 300
-    while not os.path.isdir(out / "ckpt" / "step-2") and p.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    p.send_signal(signal.SIGKILL)
-    p.communicate()
-    assert not os.path.isdir(out / "final")               # it really died mid-run
-    p = run(["train.py"], out, rl, sft, "--resume")
-    log = p.communicate(timeout=300)[0]
-    assert p.returncode == 0, log
-    assert "resumed from" in log
+    killed_then_resumed(out, rl, sft)
     assert same(weights(out), want)
     assert len(os.listdir(out / "ckpt")) <= 2              # --keep 2
 
