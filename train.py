@@ -66,7 +66,7 @@ cut back to its length there; a finished run says so) or --overwrite. One run at
 checkpoints and exits with 128 + the signal (during SFT: abandons it; --resume redoes it); a
 damaged checkpoint falls back to the one before it; a failed write is one line naming the path.
 At one thread a run is bit-reproducible and a resumed run ends with the bits of an
-uninterrupted one (tests/test_resume.py; README "Reproducibility").
+uninterrupted one (tests/test_resume.py; docs/scaling.md "Reproducibility").
 LoRA (--lora-r N, lib/lora.py; one process): SFT trains an adapter that is then merged into the float32
 base and saved as <out>/sft; RL trains a fresh adapter on that, and the reference is the same weights with
 the adapter off (peft's disable_adapter): the SFT policy exactly, no second copy. Checkpoints hold the adapter
@@ -132,7 +132,7 @@ PRESETS = {
     "steps": (60, None),              # None: --epochs x prompts // --prompts-per-step
     "max_tokens": (384, 8192),
     "gen_batch": (GEN_BATCH, 16),     # paper 16: scripts/plan.py's GEN_BATCH, what one 80 GB GPU fits (docs/memory.md)
-    "eval_limit": (None, 500),        # paper: 500 of the 4,000 eval prompts (README "The cost of evaluating")
+    "eval_limit": (None, 500),        # paper: 500 of the 4,000 eval prompts (docs/training.md "The cost of evaluating")
     "eval_every": (0, 50),
     "dtype": ("float32", "bfloat16"),
     "grad_ckpt": (False, True),
@@ -588,8 +588,8 @@ def check_rewards(tasks, sim, judge, limit):
     why += [f"the facts judge has no reference facts for {blind} of {len(rows)} RL rows that call tools (their "
             f"summaries would score 0): {FIX['judge']}"] if blind > limit * len(rows) else []
     if why:
-        raise SystemExit(f"error: no reward can be earned on these rows: {'; '.join(why)}; README \"Simulator and "
-                         f"judge\" shows how (--max-unscored 1 trains anyway)")
+        raise SystemExit(f"error: no reward can be earned on these rows: {'; '.join(why)}; docs/training.md \"Simulator "
+                         f"and judge\" shows how (--max-unscored 1 trains anyway)")
 
 
 def run(a, rank, tasks, evals, convs, frozen, got):

@@ -1,5 +1,5 @@
 """Processes, sharding, precision and checkpoints: what lets train.py run under torchrun and
-survive a kill (README "Scaling out").
+survive a kill (docs/scaling.md).
 
 Distributed: torchrun sets RANK/WORLD_SIZE/LOCAL_RANK and `setup_dist` joins the process
 group (nccl on GPUs, gloo on CPUs); a worker dies with torchrun (`die_with_agent`); a plain

@@ -4,7 +4,7 @@ torch runs one thread per physical core, and every parallel region (one matmul, 
 at a barrier where all of them meet, thousands of times a step. Beside another CPU-bound
 process one of them is often off its core and the others wait for it: on this project's 2-core
 machine the demo ran 2.9x slower at two threads beside `while True: pass`, 1.07x at one
-(README "Speed"). So between steps `Threads.update()` reads how many cores the rest of the
+(docs/speed.md). So between steps `Threads.update()` reads how many cores the rest of the
 machine kept busy since its last reading (all CPUs' busy time in /proc/stat minus this
 process's own CPU time) and runs on the cores left: the count the process started with while
 the machine is otherwise idle, fewer (at least one) while it is not. A change needs the same

@@ -1,4 +1,4 @@
-"""The diagnostic's prediction, before any real run (README "Credit misattribution, constructed").
+"""The diagnostic's prediction, before any real run (docs/results.md "Credit misattribution, constructed").
 
     python scripts/bonus_sim.py [--seeds 20] [--lr 0.01 0.03 0.1] [--marked 0.5] [--arg]
 

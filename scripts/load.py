@@ -8,7 +8,7 @@ Why: a laptop always has something else running. At torch's default two threads 
 region (one matmul, one norm) ends at a barrier where both threads meet, thousands of times a
 step; beside another CPU-bound process on 2 cores one of the two is often off its core, and its
 sibling waits for it (spinning first, with libgomp's default wait). What each setting costs,
-idle and loaded, is in the README ("Speed", beside another process).
+idle and loaded, is in docs/speed.md (beside another process).
 
 Settings (each run in a fresh process, so OpenMP reads its environment at start):
     default   train.py as it runs with no thread variable set: torch's default count (its physical

@@ -31,7 +31,7 @@ Sized for a tiny model trained from scratch on a CPU (the demo of train.py):
   arithmetic across calls, which a model this size cannot do: the offline judge then rates
   how well the summary reports the results, not the model's sums.
 
-- the diagnostic (--bonus K, off by default; README "Credit misattribution, constructed"):
+- the diagnostic (--bonus K, off by default; docs/results.md "Credit misattribution, constructed"):
   for five kinds (BONUS, about 16% of the tasks) a follow-up info call that the gold does
   not ask for (a product's, hotel's or flight's details) returns extra values; the rows
   record its response, K of its values join the judge's reference facts, and half of those

@@ -37,7 +37,7 @@ the sweep (and --turn-credit) reuses the comparison's slca and grpo runs. Output
     table.json     every number above
     noise.md, noise.json, noise-curves.png   (--noise) the same for the sweep's runs
     noise.png      (--noise) held-out Process, Name F1 and Success@0.9 against the noise p
-    bonus.md, bonus.json, bonus.png   (--bonus) the diagnostic (README "Credit misattribution,
+    bonus.md, bonus.json, bonus.png   (--bonus) the diagnostic (docs/results.md "Credit misattribution,
                    constructed"): the worlds `scripts/make_world.py --bonus K` in <out>/world-k<K>/
                    (the SFT data is one for every K, so each seed has one SFT start), SLCA and
                    GRPO on each; the marked prompts' held-out redundant-call rate, S_sum, Name F1

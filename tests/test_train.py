@@ -332,7 +332,7 @@ def test_rows_the_judge_cannot_rate_are_refused_before_anything(world):
     assert str(e.value) == (
         "error: no reward can be earned on these rows: the facts judge has no reference facts for 4 of 4 RL rows "
         "that call tools (their summaries would score 0): serve a judge and pass --judge-url URL --judge-model NAME "
-        "(or --judge-model FOLDER, in-process); README \"Simulator and judge\" shows how (--max-unscored 1 trains "
+        "(or --judge-model FOLDER, in-process); docs/training.md \"Simulator and judge\" shows how (--max-unscored 1 trains "
         "anyway)")
     assert not (tmp / "bare").exists()
 
