@@ -70,7 +70,9 @@ def sample_rows(model, prompt, p, B, sync, t):
     return out, compile_s, t
 
 
-def probe(size, p):
+def build(size, p):
+    """The random-initialised policy of one shape as train.py builds it, its reference and optimizer,
+    and the flags: (cfg, args, model, ref, opt, parameters, the plan's state bytes)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
     h, layers, heads, kv, inter = SHAPES[size]
     cfg = Qwen2Config(vocab_size=VOCAB if size != "tiny" else 512, hidden_size=h, num_hidden_layers=layers,
@@ -91,6 +93,11 @@ def probe(size, p):
     else:
         ref, states = Qwen2ForCausalLM(cfg).to(p.device, torch.bfloat16).eval().requires_grad_(False), 18 * n_params
     opt = torch.optim.AdamW([x for x in model.parameters() if x.requires_grad], lr=a.lr, weight_decay=a.weight_decay)
+    return cfg, a, model, ref, opt, n_params, states
+
+
+def probe(size, p):
+    cfg, a, model, ref, opt, n_params, states = build(size, p)
     cuda = p.device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
