@@ -379,8 +379,15 @@ class Simulator:
     def can_answer(self, task):
         """Whether every gold call of `task` gets a tool response here (the llm backend answers any call;
         replay only the recorded ones): train.py's check that a reward can be earned."""
-        return self.backend == "llm" or all(_replay(Call(c["name"], c["arguments"]), task) != NO_RESULT
-                                            for step in task.gold for c in step)
+        if self.backend == "llm":
+            return True
+        recorded = set()  # once per row: linear in its records, not records x gold calls
+        for r in task.responses if isinstance(task.responses, list) else []:
+            try:
+                recorded.add(canonical(r["name"], r["arguments"]))
+            except (KeyError, TypeError, ValueError, RecursionError):  # a record JSON cannot write: never matched
+                continue
+        return all(canonical(c["name"], c["arguments"]) in recorded for step in task.gold for c in step)
 
     def respond(self, texts, tasks):
         """Per text: (calls, observations), one observation per call, in call order."""
@@ -564,12 +571,13 @@ def _definitions(task):
 
 
 def unrecorded(turns, task):
-    """How many answered calls of a rollout's `turns` got NO_RESULT for a tool `task` records no response
-    of at all: misses the data causes (the release's rows record none), not the policy's wrong arguments
-    (train.py's replay_miss)."""
+    """How many answered calls of a rollout's `turns` got NO_RESULT from a row that records no tool
+    response at all (the release's rows): misses the data causes, not the policy's wrong tools or
+    arguments in a world that records its answers (train.py's replay_miss)."""
     responses = getattr(task, "responses", None)
-    names = {r.get("name") for r in responses if isinstance(r, dict)} if isinstance(responses, list) else set()
-    return sum(o == NO_RESULT and c["name"] not in names for t in turns for c, o in zip(t["calls"], t["observations"])
+    if isinstance(responses, list) and responses:
+        return 0
+    return sum(o == NO_RESULT for t in turns for c, o in zip(t["calls"], t["observations"])
                if not c["error"] and not c["failed"])
 
 

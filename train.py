@@ -177,7 +177,8 @@ def get_args(argv=None):
     g.add_argument("--lora-r", type=int, default=0, help="LoRA rank (lib/lora.py): SFT and RL train adapters on a "
                                                          "frozen base; 0 = full fine-tuning")
     g.add_argument("--lora-alpha", type=num, default=None, help="LoRA scale alpha / r; default 2 r (LLaMA-Factory's)")
-    g.add_argument("--lora-dropout", type=num, default=lora.DROPOUT, help="dropout on the adapters' input")
+    g.add_argument("--lora-dropout", type=num, default=lora.DROPOUT, help="dropout on the adapters' input "
+                   "(nonzero: the PPO update samples dropout the old log-probs did not, so its ratio starts off 1)")
     g.add_argument("--lora-targets", nargs="+", default=list(lora.TARGETS), help="module names given adapters")
     g.add_argument("--merge-lora", action="store_true", help="also write final/merged: the adapter merged into "
                                                              "its base, a whole Hugging Face folder")
@@ -270,7 +271,7 @@ def get_args(argv=None):
     g.add_argument("--max-unscored", type=num, default=UNSCORED,
                    help="the share of RL rows (checked before training) or of a step's answered calls and judged "
                         f"summaries (checked every step; {BLIND_STEPS} such steps in a row stop the run) that the "
-                        "simulator could not answer (replay: no record of the row's gold calls, of the called tool) "
+                        "simulator could not answer (replay: no record of the row's gold calls; a row that records none) "
                         "or the judge could not rate; 1 = never stop")
     g.add_argument("--judge-noise", type=num, default=0.0, metavar="P",
                    help="the noise control: with probability P an RL summary rating is replaced by a uniform "
@@ -489,8 +490,8 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
 
 def unscored(m, step, limit):
     """The line that stops a run whose last BLIND_STEPS steps could not earn a reward."""
-    why = [f"{m['replay_miss']:.0%} of the answered tool calls were to tools the data records no response of "
-           f"(answered 'no matching record'; {FIX['sim']})"] if m["replay_miss"] > limit else []
+    why = [f"{m['replay_miss']:.0%} of the answered tool calls were answered 'no matching record' by rows that "
+           f"record no tool response ({FIX['sim']})"] if m["replay_miss"] > limit else []
     why += [f"the judge could not rate {m['unrated']:.0%} of the judged summaries ({FIX['judge']})"] \
         if m["unrated"] > limit else []
     return (f"stopping at RL step {step}: {BLIND_STEPS} steps in a row over --max-unscored {limit}: "
@@ -511,7 +512,7 @@ def step_metrics(step, rs, scores, batch, stats, tool, summary, adv_turn, gids, 
              **{f"stop_{k}": float(sum(r.stop == k for r in rs)) for k in STOPS},
              "sim_failed": float(sim_fail.sum()), "judge_failed": float(judge_fail.sum()),
              "answered": float(sum(len(r.responses) for r in rs)),
-             "missed": float(sum(unrecorded(r.turns, r.task) for r in rs)),  # tools the data has no record of
+             "missed": float(sum(unrecorded(r.turns, r.task) for r in rs)),  # in rows that record no response
              "judged": sum(s["judged"] for s in scores), "unrated": sum(s["unrated"] for s in scores),
              "unencodable": float(take_unencodable()),  # lone surrogates made U+FFFD before a tokenizer
              "policy_tokens": float(batch["response_mask"].sum()), "tokens": float(batch["attention_mask"].sum())}

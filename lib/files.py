@@ -79,20 +79,20 @@ class Report:
     """--report-to: the rows of out/metrics.jsonl and out/eval.jsonl as scalars (names: `scalars`),
     in TensorBoard (out/tensorboard) or W&B (offline, out/wandb; `wandb sync` uploads it). Each
     (re)build starts afresh from the logs as they stand, so the events hold exactly the logs' rows
-    also after a resumed run cut them back (a W&B run each time: the latest is whole)."""
+    also after a resumed run cut them back (a W&B run each time: the latest is whole). It is built
+    at the first row written after it was made or its logs were cut (`close`), once per run or resume."""
 
     def __init__(self, out, to, config):
         self.out, self.to, self.config, self.run = out, to, config, None
-        self.rebuild()
+        self.folder = os.path.join(out, to)
 
     def rebuild(self):
         self.close()
         self.sft = 0                                       # SFT rows so far: the next one's step
         if self.to == "tensorboard":
             from torch.utils.tensorboard import SummaryWriter
-            folder = os.path.join(self.out, "tensorboard")
-            shutil.rmtree(folder, ignore_errors=True)
-            self.run = SummaryWriter(folder)
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.run = SummaryWriter(self.folder)
         else:
             import wandb
             self.run = wandb.init(mode="offline", dir=self.out, project="slca-grpo", config=self.config,
@@ -104,6 +104,9 @@ class Report:
                 self.write(row, kind)
 
     def write(self, row, kind):
+        """Report one row, already in the logs (a rebuild reads it from there)."""
+        if self.run is None:
+            return self.rebuild()
         prefix, step, values = scalars(row, kind, self.sft)
         self.sft += prefix == "sft"
         if self.to == "tensorboard":
@@ -145,7 +148,8 @@ class Logs:
                 f.write(json.dumps(row, allow_nan=False) + "\n")
                 f.flush()
             if self.report and kind in REPORTED:
-                self.report.write(row, kind)
+                with writing(self.report.folder):
+                    self.report.write(row, kind)
 
     def sizes(self):
         """Each log's byte length: stored with a checkpoint, so a resumed run cuts off what came after."""
@@ -160,7 +164,7 @@ class Logs:
                     f.truncate(marks[k])
                     f.seek(0, os.SEEK_END)
         if self.report:
-            self.report.rebuild()
+            self.report.close()  # rebuilt from the cut logs at the next row
 
     def close(self):
         for f in self.files.values():

@@ -51,9 +51,12 @@ def merge(model):
 
 
 def base_folder(model, base, final):
-    """Point the adapter saved in `final` at `base` (a folder or hub name): relative to `final` when
-    `base` is a folder beside it in the run, so the run folder can move. Its save writes no embedding
+    """Point the adapter saved in `final` at `base` (a folder, a file or a hub name): relative to `final`
+    when `base` is a folder beside it in the run, so the run folder can move; absolute when it is another
+    local path, so it loads from any working directory; a hub name as it is. Its save writes no embedding
     layers (no adapter is on them; peft's "auto" would look the base up on the hub to decide)."""
     near = os.path.isdir(base) and os.path.dirname(os.path.abspath(base)) == os.path.dirname(os.path.abspath(final))
-    model.peft_config["default"].base_model_name_or_path = os.path.relpath(base, final) if near else base
+    local = os.path.exists(base)
+    model.peft_config["default"].base_model_name_or_path = (os.path.relpath(base, final) if near else
+                                                            os.path.abspath(base) if local else base)
     model.save_pretrained = functools.partial(model.save_pretrained, save_embedding_layers=False)

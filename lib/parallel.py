@@ -53,9 +53,10 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from safetensors import SafetensorError, safe_open
 from torch.distributed.checkpoint import CheckpointException, FileSystemReader
-from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
-RESUME_FREE = {"resume", "overwrite", "show", "device", "out"}  # flags a resumed run may change (a run folder may move)
+RESUME_FREE = {"resume", "overwrite", "show", "device", "out", "report_to"}  # flags a resumed run may change (a run folder may move)
 
 
 def setup_dist(device=None):
@@ -485,9 +486,10 @@ def save_final(model, tok, path, rank, info=None, merged=None):
 # --resume: the config must match, and the newest checkpoint that reads back is the one used
 def config_diff(saved, config, where):
     """One line naming the flags whose value in `saved` differs from `config` (this run's; both
-    dicts), but for RESUME_FREE ones; '' when none."""
+    dicts), but for RESUME_FREE ones and flags `saved` does not have (added since that run was
+    started: it ran with their default behaviour); '' when none."""
     now = json.loads(json.dumps(config))
-    diff = sorted(k for k in set(saved) | set(now) if k not in RESUME_FREE and saved.get(k) != now.get(k))
+    diff = sorted(k for k in saved if k not in RESUME_FREE and saved[k] != now.get(k))
     if not diff:
         return ""
     return (f"--resume: the config differs from {where} in {', '.join('--' + k.replace('_', '-') for k in diff)}"
@@ -552,17 +554,23 @@ def read(path):
 
 
 class Shards(FileSystemReader):
-    """dcp's reader of a checkpoint's shards/, as `read` reads state.pt: its .metadata (a pickle) is
-    unpickled with only the names dcp's metadata holds allowed, so nothing in it can run code (the
-    shards themselves hold tensors only, which dcp loads with weights_only); a file that does not
-    read back is Unusable, named."""
+    """dcp's reader of a checkpoint's shards/, as `read` reads state.pt, so that nothing in it can
+    run code: its .metadata (a pickle) is unpickled with only the classes dcp's metadata holds
+    allowed (exact names: a dotted name would reach into a module's imports), and it must describe
+    tensors only (dcp reads a tensor with weights_only, but a "bytes" entry with a full unpickle),
+    each in one of the folder's own shard files, untransformed. A file that does not read back, or
+    metadata that breaks these rules, is Unusable, named."""
     SAFE = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"),
-            ("torch.distributed.checkpoint.filesystem", "_StorageInfo")}
+            ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+            *(("torch.distributed.checkpoint.metadata", n) for n in (
+                "Metadata", "TensorStorageMetadata", "ChunkStorageMetadata", "TensorProperties", "MetadataIndex",
+                "StorageMeta", "_MEM_FORMAT_ENCODING"))}
+    FILE = re.compile(r"__\d+_\d+\.distcp")  # dcp's shard file names, relative to the folder
 
     class Unpickler(pickle.Unpickler):
         def find_class(self, module, name):
-            if ((module, name) in Shards.SAFE or module == "torch.distributed.checkpoint.metadata"
-                    or module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            if "." not in name and ((module, name) in Shards.SAFE
+                                    or module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
                 return super().find_class(module, name)
             raise pickle.UnpicklingError(f"{module}.{name} is not allowed")
 
@@ -575,6 +583,10 @@ class Shards(FileSystemReader):
             raise unreadable(path, e) from None
         if not isinstance(md, Metadata):
             raise Unusable(f"{path} is not a checkpoint's metadata")
+        if not all(isinstance(v, TensorStorageMetadata) for v in md.state_dict_metadata.values()) or not all(
+                isinstance(v, _StorageInfo) and isinstance(v.relative_path, str) and Shards.FILE.fullmatch(v.relative_path)
+                and not v.transform_descriptors for v in (md.storage_data or {}).values()):
+            raise Unusable(f"{path} describes more than tensors in its own shard files")
         md.storage_meta = md.storage_meta or StorageMeta()              # as FileSystemReader does
         md.storage_meta.load_id = self.load_id
         return md

@@ -15,7 +15,8 @@ step is lib/optim.py's `optimizer_step` (clipped; a non-finite update is skipped
 Forward/backward passes (`passes`): `micro_batch` conversations at a time, each pass padded to
 its longest; or, given a token budget (`tokens`, train.py's --sft-tokens), the rank's share of
 the step longest first, each pass as many as fit in rows x longest <= tokens (a longer one
-alone), so a pass never pads short conversations to a long one's length. The loss is normalised
+alone), so a pass's padded size stays within the budget (padding remains: sorted longest first,
+rows of different lengths still share a pass). The loss is normalised
 by the step's assistant tokens, not per pass, so the grouping changes it by float rounding only.
 Under torchrun every rank runs as many passes (FSDP2 pairs up their collectives): a rank with
 fewer adds empty ones (one pad id, nothing learned).

@@ -15,7 +15,7 @@ each; --sampler: Hugging Face `model.generate` as rollout.generate, or lib.sampl
 each decoding step through the model's forward, "cached", or lib/compiled.py's compiled step,
 "compiled", whose compile time is measured apart, on a first 2-id sample), then runs the old
 and reference log-prob passes and the PPO update (train.ppo_update, the release's loss
-aggregation). It prints sampling tokens/s beside its memory-bandwidth floor (each decode step
+aggregation). It prints sampling tokens/s beside its memory-bandwidth bound, the most a step can reach (each decode step
 reads the bf16 weights and the rows' KV cache at --bandwidth, scripts/plan.py's H100 by default), the time of each
 phase, and the peak GPU memory beside what scripts/plan.py predicts for the states (18 B per
 parameter; with LoRA 4 B per base and 16 B per adapter parameter). Without a GPU (and without
@@ -134,9 +134,9 @@ def probe(size, p):
         times["update"] = time.time() - t
     peak = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
     step_bytes = 2 * n_params + B * (T + p.new_tokens / 2) * plan.kv_bytes(cfg, 1)  # one decode step's reads
-    floor = B * p.bandwidth / step_bytes                                           # tok/s
+    bound = B * p.bandwidth / step_bytes                                           # tok/s at most
     print(f"{size:>5} {n_params / 1e9:6.2f}B{f' LoRA r {p.lora_r}' if p.lora_r else ''}  "
-          f"sample {B * p.new_tokens / times['sample']:8.0f} tok/s (floor {floor:.0f} at {p.bandwidth / 1e12:.2f} TB/s)  "
+          f"sample {B * p.new_tokens / times['sample']:8.0f} tok/s (bandwidth bound {bound:.0f} at {p.bandwidth / 1e12:.2f} TB/s)  "
           + "  ".join(f"{k} {v:6.1f}s" for k, v in times.items())
           + f"  step {sum(times.values()):6.1f}s  peak {peak:6.1f} GB  (plan: states {states / 1e9:.1f} GB)"
           + (f"  (sampler compile {compile_s:.1f}s)" if compile_s is not None else ""))
@@ -153,7 +153,7 @@ def main(argv=None):
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0: full fine-tuning)")
     p.add_argument("--bandwidth", type=float, default=plan.BANDWIDTH,
-                   help="memory bandwidth of the GPU, bytes/s, for the decode floor (H200: 4.8e12)")
+                   help="memory bandwidth of the GPU, bytes/s, for the decode bound (H200: 4.8e12)")
     p.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0],
                    help="generate = model.generate; cached = lib/sampler.py; compiled = its steps compiled")
     p = p.parse_args(argv)

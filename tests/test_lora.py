@@ -129,6 +129,23 @@ def test_a_fresh_adapter_depends_on_the_seed_only():
     assert same(*built) and any(v.any() for v in built[0].values())
 
 
+def test_the_adapter_finds_its_base_from_any_working_directory(tmp_path, monkeypatch):
+    """final/'s adapter names its base relative to itself when the base is a folder of the run (the run can
+    move), absolutely when it is a local path elsewhere, and a hub name as it is."""
+    from helpers import tiny_model
+    run, elsewhere = tmp_path / "run", tmp_path / "models" / "q"
+    (run / "sft").mkdir(parents=True)
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    m = lora.add_adapter(tiny_model(), 4, 8.0, 0.0, lora.TARGETS, seed=0)
+    said = {}
+    for base in (str(run / "sft"), "models/q", "Qwen/Qwen2.5-3B-Instruct"):
+        lora.base_folder(m, base, str(run / "final"))
+        said[base] = m.peft_config["default"].base_model_name_or_path
+    assert said == {str(run / "sft"): os.path.join("..", "sft"), "models/q": str(elsewhere),
+                    "Qwen/Qwen2.5-3B-Instruct": "Qwen/Qwen2.5-3B-Instruct"}
+
+
 @pytest.mark.parametrize("argv, said", [
     (["--lora-r", "-1"], "--lora-r must be >= 0"),
     (["--merge-lora"], "--merge-lora needs --lora-r"),

@@ -216,6 +216,39 @@ def test_shard_metadata_is_read_through_an_allowlist(tmp_path):
     with pytest.raises(parallel.Unusable, match=r"\.metadata cannot be read back \(\d+ bytes; UnpicklingError: posix\.system is not allowed"):
         parallel.Shards(str(path)).read_metadata()
     assert not (tmp_path / "ran").exists()
+    # a dotted name reaches through an allowed module into its imports (pickle protocol 4 follows dots)
+    module, name, cmd = b"torch.distributed.checkpoint.metadata", b"os.system", f"touch {tmp_path / 'ran'}".encode()
+    u = lambda b: pickle.SHORT_BINUNICODE + bytes([len(b)]) + b  # noqa: E731
+    (path / ".metadata").write_bytes(b"\x80\x04" + u(module) + u(name) + pickle.STACK_GLOBAL + u(cmd) + pickle.TUPLE1
+                                     + pickle.REDUCE + pickle.STOP)
+    with pytest.raises(parallel.Unusable, match=r"UnpicklingError: torch\.distributed\.checkpoint\.metadata\.os\.system is"):
+        parallel.Shards(str(path)).read_metadata()
+    assert not (tmp_path / "ran").exists()
+    # metadata that is dcp's own classes but points outside the folder, or at a "bytes" entry (a full unpickle)
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+    for bad in ("path", "bytes"):
+        dcp.save({"model": state}, checkpoint_id=str(path), no_dist=True)
+        md = parallel.Shards(str(path)).read_metadata()
+        if bad == "path":
+            info = next(iter(md.storage_data.values()))
+            info.relative_path = "../../elsewhere.distcp"
+            (path / ".metadata").write_bytes(pickle.dumps(md))
+            with pytest.raises(parallel.Unusable, match=r"describes more than tensors in its own shard files"):
+                parallel.Shards(str(path)).read_metadata()
+        else:
+            md.state_dict_metadata["model.extra"] = BytesStorageMetadata()
+            (path / ".metadata").write_bytes(pickle.dumps(md))
+            with pytest.raises(parallel.Unusable, match=r"BytesStorageMetadata is not allowed"):
+                parallel.Shards(str(path)).read_metadata()
     garble(path / ".metadata")
     with pytest.raises(parallel.Unusable, match=r"\.metadata cannot be read back"):
         parallel.Shards(str(path)).read_metadata()
+
+
+def test_a_flag_added_since_a_run_started_does_not_block_its_resume():
+    """A checkpoint's config lacks the flags added after its run started (it ran with their default
+    behaviour): only the flags both have, and those this run dropped, are compared."""
+    saved = {"lr": 1e-3, "seed": 0, "gone": 1}
+    assert parallel.config_diff(saved, {"lr": 1e-3, "seed": 0, "gone": 1, "lora_r": 0}, "x") == ""
+    assert "--lr" in parallel.config_diff(saved, {"lr": 2e-3, "seed": 0, "gone": 1, "lora_r": 0}, "x")
+    assert "--gone" in parallel.config_diff(saved, {"lr": 1e-3, "seed": 0}, "x")

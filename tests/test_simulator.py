@@ -499,13 +499,15 @@ def test_replay_hits_any_key_order_and_string_arguments():
 
 
 def test_unrecorded_counts_the_misses_the_data_causes():
+    """Only a row with no recorded response at all makes its answered calls count (errors never do)."""
     sim, t = Simulator(), task()
     text = turn({"name": "get_weather", "arguments": {"city": "Rome", "unit": "c"}},   # recorded tool, other city
                 {"name": "now", "arguments": {}}, {"name": "nope", "arguments": {}})  # no record of now; nope: error
     [(calls, obs)] = sim.respond([text], [t])
     turns = [{"calls": [vars(c) for c in calls], "observations": obs}]
     assert obs[:2] == [NO_RESULT, NO_RESULT] and calls[2].error
-    assert simulator.unrecorded(turns, t) == 1 and simulator.unrecorded(turns, task(responses=())) == 2
+    assert simulator.unrecorded(turns, t) == 0                        # a row that records answers: the policy's misses
+    assert simulator.unrecorded(turns, task(responses=())) == 2       # a row that records none: the data's
 
 
 def test_can_answer_needs_a_recorded_response_for_every_gold_call():

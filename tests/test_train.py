@@ -365,23 +365,20 @@ def script(text, summary):
 
 
 @pytest.mark.parametrize("what,flags,line", [
-    ("replay", [], "100% of the answered tool calls were to tools the data records no response of (answered 'no "
-                   "matching record'; serve a simulator"),
+    ("replay", [], "100% of the answered tool calls were answered 'no matching record' by rows that record no "
+                   "tool response (serve a simulator"),
     ("judge", ["--judge-url", "JUDGE"], "the judge could not rate 100% of the judged summaries (serve a judge")])
 def test_a_run_that_cannot_earn_a_reward_stops_after_three_steps(what, flags, line, world, monkeypatch):
-    """The rows pass the check before training (a recorded response of the gold call f and reference facts
-    for every row), but every call the policy makes is to g, which the data records nothing of, or the
-    judge (a real HTTP server) answers without a rating: each step logs the share, counts the steps in a
-    row, and the third stops the run with one line naming the flags that fix it."""
+    """The rows pass the check before training, yet no reward can be earned: (replay) rows that ask for no
+    call and record no response and no fact, where the policy calls f anyway, so replay answers every call
+    'no matching record'; (judge) rows whose gold call f is recorded, but the judge (a real HTTP server) answers
+    without a rating. Each step logs the share, counts the steps in a row, and the third stops the run
+    with one line naming the flags that fix it."""
     from test_llm import Server, chat
-    tmp, _, _ = world
-    f = {"type": "function", "function": {"name": "f", "description": "F.", "parameters": {
-        "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}
-    g = {"type": "function", "function": {**f["function"], "name": "g"}}
-    gold, resp = [[{"name": "f", "arguments": {"x": 1}}]], [{"name": "f", "arguments": {"x": 1}, "response": '{"y": 42}'}]
-    rl = write_jsonl(tmp / "fg.jsonl", [verl_row(f"f of 1, case {i}?", gold, resp, ["42"], [f, g]) for i in range(4)])
-    name = "g" if what == "replay" else "f"
-    monkeypatch.setattr(train, "rollout", script(CALL.replace('"f"', f'"{name}"'), "f of that is 42, I think."))
+    tmp, rl, _ = world
+    if what == "replay":
+        rl = write_jsonl(tmp / "none.jsonl", [verl_row(f"f of 1, case {i}?", [], []) for i in range(4)])
+    monkeypatch.setattr(train, "rollout", script(CALL, "f of that is 42, I think."))
     server = Server(lambda path, body, n: (200, chat("I would rather not say."), 0))
     argv = ["--data", rl, "--sft-data", "", "--eval-data", "", "--steps", "3", "--group-size", "2",
             "--prompts-per-step", "2", "--mini-batch", "2", "--max-tokens", "16", "--max-turns", "1",
@@ -396,7 +393,8 @@ def test_a_run_that_cannot_earn_a_reward_stops_after_three_steps(what, flags, li
     assert str(e.value).startswith("stopping at RL step 2: 3 steps in a row over --max-unscored 0.5: " + line)
     rows = [json.loads(x) for x in open(tmp / what / "metrics.jsonl")]
     assert [r["blind_steps"] for r in rows] == [1, 2, 3]
-    assert [(r["replay_miss"], r["unrated"]) for r in rows] == [(1.0, 0.0) if what == "replay" else (0.0, 1.0)] * 3
+    # the replay rows hold no reference facts either (as the release's): their summaries are unrated too
+    assert [(r["replay_miss"], r["unrated"]) for r in rows] == [(1.0, 1.0) if what == "replay" else (0.0, 1.0)] * 3
     assert [json.loads(x)["blind_steps"] for x in open(tmp / "on" / "metrics.jsonl")] == [0] * 3
 
 
