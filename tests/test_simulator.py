@@ -519,6 +519,13 @@ def test_can_answer_needs_a_recorded_response_for_every_gold_call():
 
 # ---- llm backend: framing, batching, order, unwrap, retries, failures ----------------------
 
+def test_the_backend_is_llm_when_a_client_is_given_else_replay():
+    assert Simulator().backend == "replay" and Simulator(client=Scripted(echo)).backend == "llm"
+    assert one(Simulator(client=Scripted(echo)), turn({"name": "now"})) != [NO_RESULT]  # answered by the client
+    assert Simulator("replay", Scripted(echo)).backend == "replay"  # a backend named wins
+
+
+
 def test_the_release_framing_and_token_budget():
     seen = []
 
