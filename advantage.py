@@ -64,8 +64,9 @@ Eq. 7's segment advantages by Eq. 8 (Eq. 14 with ω > 0); grpo gives Eq. 6's one
 response token; toolpo gives A^succ to every response token and A^action also to the tool tokens
 (Eq. 13). `turn_stats` and `seg_stats` are the training logs' sums over these advantages.
 
-Everything is vectorised over the batch with integer group ids (any values, any order);
-tests/test_advantage.py holds the plain-loop reference.
+`group_normalize` states Eq. 7 one group at a time; the functions here run its vectorised twin,
+lib/groups.py (integer group ids of any values, any order), which tests/test_advantage.py pins
+to it bit for bit and to a plain-Python reference.
 
     python -m pytest -q tests/test_advantage.py
 """
@@ -73,51 +74,47 @@ import torch
 
 from segment import run_index
 
+from lib.groups import normalize
+
 EPS = 1e-6  # docs/method.md §3: ε of the released code
 ALGOS = ("slca", "grpo", "toolpo")  # train.py --algo: SLCA (Eqs. 7-8, 14), GRPO (Eq. 6, "w/o SLCA"), ToolPO (Eq. 13)
 STATS = ("exact", "release")  # group statistics: float64, equal values give 0; or float32 as the release computes them
 
 
 def group_normalize(x, present, group_ids, eps=EPS, norm_by_std=True, stats=STATS[0]):
-    """(x - group mean) / (group std + ε) over the present members of each group.
+    """Eq. 7 in each group: (x - group mean) / (group std + ε) over the group's present members.
 
     x: (B,) float, present: (B,) bool, group_ids: (B,) int. Returns (B,) in x's dtype, 0 where
     absent, where the group has fewer than two present members, where their values are all
-    equal (stats "exact" only), or where a present member's value is not finite.
+    equal (stats "exact" only), or where a present member's value is not finite. The plain
+    statement, one group at a time; the functions below run lib/groups.py's vectorised
+    `normalize`, which tests/test_advantage.py pins to this one bit for bit.
     """
-    _, g = torch.unique(group_ids, return_inverse=True)        # (B,) dense ids 0..NG-1
-    n_groups = int(g.max()) + 1 if g.numel() else 0
     xs = x.double() if stats == "exact" else x.float()         # (B,) statistics in float64, or the release's float32
-    zeros = xs.new_zeros(n_groups)
-    bad = zeros.index_add(0, g, (present & ~xs.isfinite()).to(xs.dtype)) > 0  # (NG,) group has a non-finite reward
-    use = present & ~bad[g]                                     # (B,) rows that enter the statistics
-    count = zeros.index_add(0, g, use.to(xs.dtype))             # (NG,)
-    if stats == "exact":
-        mean = zeros.index_add(0, g, torch.where(use, xs, 0.0)) / count.clamp(min=1)    # (NG,)
-        sq = torch.where(use, xs - mean[g], 0.0) ** 2                                  # (B,)
-        std = (zeros.index_add(0, g, sq) / (count - 1).clamp(min=1)).sqrt()            # (NG,) unbiased
-    else:
-        mean, std = _release_stats(xs, use, g, n_groups)        # (NG,) each
-    dev = torch.where(use, xs - mean[g], 0.0)                   # (B,)
-    if norm_by_std:
-        dev = dev / (std[g] + eps)
-    keep = use & (count[g] >= 2)                                # (B,)
-    if stats == "exact":                                        # equal values give exactly 0
-        inf = torch.full_like(zeros, float("inf"))
-        lo = inf.scatter_reduce(0, g, torch.where(use, xs, float("inf")), "amin")    # (NG,)
-        hi = (-inf).scatter_reduce(0, g, torch.where(use, xs, -float("inf")), "amax")
-        keep &= (hi > lo)[g]
-    return torch.where(keep, dev, 0.0).to(x.dtype)
+    out = torch.zeros_like(xs)                                  # (B,)
+    for g in group_ids.unique():
+        rows = (group_ids == g) & present                       # (B,) the group's present members
+        vals = xs[rows]                                         # (n,)
+        if len(vals) < 2 or not vals.isfinite().all():
+            continue
+        if stats == "release":
+            mean, std = vals.mean(), vals.std()                 # torch's float32 estimators (core_algos.py)
+        elif vals.min() == vals.max():
+            continue                                            # equal values give exactly 0
+        else:
+            mean = _sum(vals) / len(vals)
+            var = _sum((vals - mean) ** 2) / (len(vals) - 1)    # unbiased
+            std = vals.new_tensor(var).sqrt()                   # torch's sqrt (math.sqrt's differs by an ulp at times)
+        out[rows] = (vals - mean) / (std + eps) if norm_by_std else vals - mean
+    return out.to(x.dtype)
 
 
-def _release_stats(xs, use, g, n_groups):
-    """Each group's mean and unbiased std as the release computes them (core_algos.py): torch's
-    mean and std of the group's used values, one group at a time; 0 where a group has fewer
-    than two. xs, use, g: (B,). Returns (NG,), (NG,)."""
-    parts = [xs[use & (g == k)] for k in range(n_groups)]
-    mean = torch.stack([p.mean() if len(p) else xs.new_zeros(()) for p in parts])       # (NG,)
-    std = torch.stack([p.std() if len(p) > 1 else xs.new_zeros(()) for p in parts])     # (NG,)
-    return mean, std
+def _sum(vals):
+    """The sum of a float64 vector, added left to right (the order lib/groups.py's index_add adds in)."""
+    total = 0.0
+    for v in vals.tolist():
+        total += v
+    return total
 
 
 def alone(adv, x, present, group_ids, eps=EPS, norm_by_std=True):
@@ -133,15 +130,15 @@ def grpo_advantages(scores, group_ids, eps=EPS, norm_by_std=True, present=None, 
     """Eq. 6: one advantage per rollout, (B,), over the `present` rollouts (all if None).
     Broadcast it with `response_mask`. stats "release" adds verl's group-of-one rule."""
     present = torch.ones_like(scores, dtype=torch.bool) if present is None else present
-    adv = group_normalize(scores, present, group_ids, eps, norm_by_std, stats)
+    adv = normalize(scores, present, group_ids, eps, norm_by_std, stats)
     return alone(adv, scores, present, group_ids, eps, norm_by_std) if stats == "release" else adv
 
 
 def slca_advantages(r_tool, r_sum, tool_present, summary_present, group_ids,
                     eps=EPS, lam_tool=1.0, lam_sum=1.0, norm_by_std=True, stats=STATS[0]):
     """Eq. 7 with λ applied after normalisation: (adv_tool, adv_sum), each (B,)."""
-    adv_tool = lam_tool * group_normalize(r_tool, tool_present, group_ids, eps, norm_by_std, stats)
-    adv_sum = lam_sum * group_normalize(r_sum, summary_present, group_ids, eps, norm_by_std, stats)
+    adv_tool = lam_tool * normalize(r_tool, tool_present, group_ids, eps, norm_by_std, stats)
+    adv_sum = lam_sum * normalize(r_sum, summary_present, group_ids, eps, norm_by_std, stats)
     return adv_tool, adv_sum
 
 
@@ -154,9 +151,9 @@ def toolpo_advantages(r_succ, r_action, present, tool_present, group_ids, lam_ac
     present rollouts). Per token: `route(adv_succ + adv_action, adv_succ, tool_mask,
     summary_mask)`, i.e. adv_succ on every response token plus adv_action on the tool tokens.
     """
-    adv_succ = alone(group_normalize(r_succ, present, group_ids, eps, norm_by_std, stats), r_succ, present,
+    adv_succ = alone(normalize(r_succ, present, group_ids, eps, norm_by_std, stats), r_succ, present,
                      group_ids, eps, norm_by_std)
-    adv_action = lam_action * group_normalize(r_action, tool_present, group_ids, eps, norm_by_std, stats)
+    adv_action = lam_action * normalize(r_action, tool_present, group_ids, eps, norm_by_std, stats)
     return adv_succ, adv_action
 
 
@@ -169,7 +166,7 @@ def turn_advantages(r_turn, turn_present, group_ids, eps=EPS, norm_by_std=True):
     B, K = r_turn.shape
     _, g = torch.unique(group_ids, return_inverse=True)        # (B,) dense ids
     ids = (g[:, None] * K + torch.arange(K)).reshape(-1)       # (B·K,) one group per (group, k)
-    return group_normalize(r_turn.reshape(-1), turn_present.reshape(-1), ids, eps, norm_by_std).reshape(B, K)
+    return normalize(r_turn.reshape(-1), turn_present.reshape(-1), ids, eps, norm_by_std, STATS[0]).reshape(B, K)
 
 
 def route_turns(adv_tool, adv_sum, adv_turn, runs, tool_mask, summary_mask, omega, lam_tool=1.0):

@@ -332,15 +332,12 @@ def check_episode_flags(p, a, solved_prompt=None):
 
 
 def frozen_llms(a):
-    """The simulator and the judge the episode flags name (an LLM client each, else replay and the
-    offline facts judge), and their two clients (None when not set)."""
+    """The simulator (simulator.Simulator) and the judge (rewards.summary_judge) the episode flags name, and
+    their two clients (None when not set): the flags passed on, nothing decided here."""
     sim_client, judge_client = llm_client(a, "sim"), llm_client(a, "judge")
-    sim = Simulator(a.sim_backend or ("llm" if sim_client else "replay"), client=sim_client,
-                    schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed,
+    sim = Simulator(a.sim_backend, sim_client, a.schema_check, a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed,
                     parse=a.sim_parse, prompt=a.sim_template)
-    judge = llm.LLMJudge(judge_client, prompt=a.judge_template, solved_prompt=a.solved_template) if judge_client \
-        else rewards.FactsJudge()
-    return sim, judge, (sim_client, judge_client)
+    return sim, rewards.summary_judge(judge_client, a.judge_template, a.solved_template), (sim_client, judge_client)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -51,7 +51,8 @@ text only where dropping one block joins the halves of a new one). A judge is an
 MAX_JUDGE_CHARS of each text. A rating that is not 1..5 (None: the judge cannot rate it) scores
 0 and sets `unrated` (`judged` counts the summaries the judge was asked about); a ConnectionError
 (transport failure after retries) scores 0 and sets `judge_failed` so the trainer can drop
-the rollout. `FactsJudge` here is the offline judge, the LLM judge lives in lib/llm.py.
+the rollout. `FactsJudge` here is the offline judge, the LLM judge lives in lib/llm.py;
+`summary_judge` builds one or the other.
 
 ToolPO (docs/method.md §3.3, baselines/toolpo/reward_fn_toolpo.py) needs two more rewards, in every
 score dict: r_action = gold calls strictly matched / |gold calls| (greedy one-to-one in gold
@@ -80,6 +81,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from segment import CLOSE, OPEN, drop_blocks, find_blocks, parse_block, strip_think
 from lib.data import normalize_gold
+from lib.llm import JUDGE_PROMPT, SOLVED_PROMPT, LLMJudge
 
 
 WEIGHTS = {"format": 0.10, "name": 0.25, "key": 0.15, "value": 0.20, "parallel": 0.30}  # docs/method.md §2.1
@@ -385,6 +387,12 @@ def score_rollouts(rs, judge, weights=None, lam_tool=LAM, lam_sum=LAM, workers=1
 
 
 NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def summary_judge(client=None, prompt=JUDGE_PROMPT, solved_prompt=SOLVED_PROMPT):
+    """The summary judge: the LLM judge on `client` (lib/llm.py, rating with the templates `prompt` and
+    `solved_prompt`), else, without a client, the offline FactsJudge."""
+    return LLMJudge(client, prompt=prompt, solved_prompt=solved_prompt) if client is not None else FactsJudge()
 
 
 class FactsJudge:

@@ -5,6 +5,8 @@
     lib/data.py      data layouts: the shipped world, the release's verl and Toucan files, SFT chats
     model.py     loading the policy (a hub name, a folder or a .gguf file) and in-process frozen LLMs
     lib/tiny.py      the embedded default model: a tokenizer trained on the world and a tiny Qwen2
+    groups.py    advantage.py's group statistics (Eq. 7), vectorised over a batch
+    schema.py    SGLS check 4 (simulator.py): JSON-schema validation, bounded in steps and time
     lib/llm.py       frozen-LLM clients (in-process and OpenAI-compatible HTTP) and the LLM judge
     lib/logprobs.py  token log-probs: the plain full-sequence pass and the shared-prompt pass
     lib/sampler.py   rollout.py's cache-reusing sampler (--sampler cached): KV caches kept across turns

@@ -43,7 +43,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
-from advantage import group_normalize, slca_advantages  # noqa: E402
+from advantage import grpo_advantages, slca_advantages  # noqa: E402
 
 G, PROMPTS, STEPS = 8, 16, 60  # the demo's (train.py's TINY preset)
 MARKED = 0.5                    # share of RL prompts of a bonus kind: reproduce.py --powered (--bonus: 0.147, measured)
@@ -84,7 +84,7 @@ def run(algo, k, lr, seed, marked=MARKED, arg=False):
                 summary = torch.tensor([level_score(s + k * st, FACTS + k) for s, st in zip(stated.tolist(), state.tolist())])
             present = torch.ones(B, dtype=torch.bool)
             if algo == "grpo":
-                a_dec = a_state = group_normalize(process + summary, present, gids)     # Eq. 6: one Â everywhere
+                a_dec = a_state = grpo_advantages(process + summary, gids)               # Eq. 6: one Â everywhere
             else:
                 a_tool, a_state = slca_advantages(process, summary, present, present, gids)  # Eqs. 7-8: Â_tool, Â_sum
                 # a caller's decision opens a tool turn, a non-caller's the summary; --arg: inside the call either way

@@ -1,4 +1,5 @@
-"""Shared test setup: one torch thread, repo root on the path, the reference run of the resume tests."""
+"""Shared test setup: one torch thread, repo root on the path, the reference run of the resume tests, and
+the `method` mark: the method's tests, which run with requirements.txt alone (a fork's loop)."""
 import os
 import sys
 
@@ -14,3 +15,22 @@ def reference(tmp_path_factory):
     """An uninterrupted toy train.py run (tests/runs.py), once per test file that asks for it."""
     import runs
     return runs.reference(tmp_path_factory)
+
+
+# the method's tests (segments, rewards and their release parity, advantages, loss, rollout glue, the toy train.py
+# runs): `python -m pytest -m method` runs them, and imports no other test module (those may need the extras of
+# requirements-bench*.txt: benchmarks, TRL, the real model); the system tests run in the full run (.ci/run)
+METHOD = {"test_segment.py", "test_rewards.py", "test_release_parity.py", "test_advantage.py", "test_loss.py",
+          "test_rollout.py", "test_train.py"}
+
+
+def pytest_ignore_collect(collection_path, config):
+    if config.option.markexpr == "method" and collection_path.suffix == ".py" and collection_path.name not in METHOD:
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.name in METHOD:
+            item.add_marker(pytest.mark.method)

@@ -1,9 +1,11 @@
-"""Small shared fixtures: a tokenizer and a tiny Qwen2 built locally (no downloads), and the one
-growth check of every linear-time test (`linear`)."""
+"""Small shared fixtures: a tokenizer and a tiny Qwen2 built locally (no downloads), the one
+growth check of every linear-time test (`linear`), and a real HTTP server on 127.0.0.1 (`Server`)."""
 import functools
 import gc
 import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from lib import tiny
 
@@ -108,3 +110,53 @@ def hub_cache(root, repo, files, repo_type="dataset", revision="0" * 40):
         link.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(os.path.relpath(blob, link.parent), link)
     return str(root)
+
+
+def chat(text):
+    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
+
+
+class Server:
+    """Serves plan(path, body, n) -> (status, payload, delay) for request n (1-based)."""
+
+    def __init__(self, plan):
+        self.plan, self.requests, self.lock = plan, [], threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                outer.serve(self, None)
+
+            def do_POST(self):
+                outer.serve(self, json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    def serve(self, handler, body):
+        with self.lock:
+            self.requests.append((handler.path, body, handler.headers.get("Authorization")))
+            n = len(self.requests)
+        status, payload, delay = self.plan(handler.path, body, n)
+        time.sleep(delay)
+        if callable(payload):  # writes the whole response itself
+            try:
+                return payload(handler)
+            except OSError:
+                return None
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        try:
+            handler.send_response(status)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+        except OSError:  # the client timed out and left
+            pass
+
+    def posts(self):
+        return [r for r in self.requests if r[0] == "/v1/chat/completions"]

@@ -6,7 +6,8 @@ import statistics
 import pytest
 import torch
 
-from advantage import grpo_advantages, route, slca_advantages, toolpo_advantages
+from advantage import group_normalize, grpo_advantages, route, slca_advantages, toolpo_advantages
+from lib.groups import normalize
 from segment import segment_masks
 
 EPS = 1e-6
@@ -50,6 +51,38 @@ def test_vectorised_matches_loop(seed, G, norm_by_std):
     assert torch.allclose(grpo_advantages(score, gids, norm_by_std=norm_by_std),
                           torch.tensor(ref_g, dtype=score.dtype), atol=1e-9)
 
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("stats", ["exact", "release"])
+def test_vectorised_is_the_plain_statement_bit_for_bit(seed, stats):
+    """lib/groups.normalize, the default path, against advantage.group_normalize, Eq. 7 one group at a time:
+    ties, equal groups, groups of one, absent and non-finite members, sparse shuffled ids, both dtypes."""
+    gen = torch.Generator().manual_seed(seed)
+    B = 60
+    gids = torch.randint(0, 9, (B,), generator=gen) * 5 - 7
+    x = torch.rand(B, generator=gen, dtype=torch.float64)
+    x = torch.where(torch.rand(B, generator=gen) < 0.5, (x * 4).round() / 4, x)  # ties and equal groups
+    x[gids == gids[0]] = 0.9                                                     # one group all equal
+    x[torch.randint(0, B, (2,), generator=gen)] = [float("nan"), float("inf")][seed % 2]
+    present = torch.rand(B, generator=gen) < 0.8
+    for dtype in (torch.float64, torch.float32):
+        for norm_by_std in (True, False):
+            want = group_normalize(x.to(dtype), present, gids, EPS, norm_by_std, stats)
+            got = normalize(x.to(dtype), present, gids, EPS, norm_by_std, stats)
+            assert got.dtype == want.dtype == dtype and torch.equal(got, want)
+            assert (want != 0).any()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_plain_statement_is_the_plain_loop(seed):
+    gen = torch.Generator().manual_seed(seed)
+    gids = torch.randint(0, 5, (30,), generator=gen)
+    x = torch.rand(30, generator=gen, dtype=torch.float64)
+    present = torch.rand(30, generator=gen) < 0.7
+    for norm_by_std in (True, False):
+        ref = norm_loop(x.tolist(), present.tolist(), gids.tolist(), norm_by_std)
+        assert group_normalize(x, present, gids, norm_by_std=norm_by_std).tolist() == pytest.approx(ref, abs=1e-12)
 
 def test_pair_gets_plus_minus_inverse_sqrt2():
     at, asum = slca_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0.2, 0.2]),

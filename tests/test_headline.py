@@ -12,9 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import hub_cache, tiny_model, tokenizer
+from helpers import Server, chat, hub_cache, tiny_model, tokenizer
 from test_data import RL_PREVIEW, SFT_PREVIEW, as_conversations
-from test_llm import Server, chat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the paper preset at toy size: a few rows, one RL step, float32 (bf16 on a CPU is slow and adds nothing here)

@@ -44,6 +44,15 @@ def test_the_top_level_imports_neither_bench_nor_scripts_and_has_no_cycle():
         assert m not in reach(m, set()), f"{m}.py is in an import cycle"
 
 
+
+def test_the_method_tests_import_neither_bench_nor_scripts_nor_a_system_test():
+    """`-m method` (tests/conftest.py METHOD) runs with requirements.txt alone: what needs the extras stays out."""
+    from conftest import METHOD
+    system = {p.stem for p in (ROOT / "tests").glob("test_*.py")} - {name[:-3] for name in METHOD}
+    for name in METHOD:
+        bad = imports(ROOT / "tests" / name) & (system | {"bench", "scripts"})
+        assert not bad, f"{name} imports {sorted(bad)}"
+
 def test_no_citation_points_outside_the_repository():
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
     for name in files:

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from release_reward import PARTS, release_parts
-from rewards import MAX_JUDGE_CHARS, FactsJudge, NoisyJudge, loose_equal, predicted_calls, process_score, score, summary_score, turn_rewards, WEIGHTS
+from rewards import MAX_JUDGE_CHARS, FactsJudge, NoisyJudge, loose_equal, predicted_calls, process_score, score, summary_judge, summary_score, turn_rewards, WEIGHTS
+from lib.llm import LLMJudge
 from lib.data import normalize_gold
 from helpers import MB, linear
 from test_segment import FUZZ, SOUP
@@ -208,6 +209,14 @@ def test_facts_judge():
     assert j.rate("q", ["{}"], "Anything", []) is None
     assert j.can_rate(SimpleNamespace(facts=["Paris"])) and not j.can_rate(SimpleNamespace(facts=[]))
 
+
+
+def test_summary_judge_is_the_llm_judge_on_a_client_else_the_facts_judge():
+    client = object()
+    j = summary_judge(client, "{question}{responses}{response}", "s {question}{responses}{response}")
+    assert isinstance(j, LLMJudge) and j.client is client
+    assert (j.prompt, j.solved_prompt) == ("{question}{responses}{response}", "s {question}{responses}{response}")
+    assert isinstance(summary_judge(None), FactsJudge)
 
 def test_omission_zeroes_every_part():
     # gold calls without arguments used to keep key = value = 1 on an omission

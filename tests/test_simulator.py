@@ -13,6 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import lib.schema
 import simulator
 from segment import Call
 from simulator import FAILED, NO_CALL, NO_RESULT, Simulator, parse_calls, truncate, unwrap
@@ -305,15 +306,15 @@ def test_schema_patterns_are_time_bounded(monkeypatch):
         return [{"type": "function", "function": {"name": "now", "parameters": {"type": "object", **prop}}}]
 
     catastrophic = tools({"properties": {"x": {"type": "string", "pattern": "^(a|aa)+$"}}})
-    budgets, search = [], simulator.regex.search
+    budgets, search = [], lib.schema.regex.search
 
     def spy(pattern, text, timeout):  # a structural bound: every match runs under the call's budget
         budgets.append(timeout)
         return search(pattern, text, timeout=timeout)
-    monkeypatch.setattr(simulator.regex, "search", spy)
+    monkeypatch.setattr(lib.schema.regex, "search", spy)
     assert one(Simulator(), turn({"name": "now", "arguments": {"x": "a" * 60 + "!"}}), task(catastrophic)) == [
         NO_RESULT]  # out of time counts as matching; re would backtrack for years
-    assert budgets and all(0 < b <= simulator.PATTERN_SECONDS for b in budgets)
+    assert budgets and all(0 < b <= lib.schema.PATTERN_SECONDS for b in budgets)
     plain = tools({"properties": {"x": {"pattern": "^[a-z]+$"}}, "patternProperties": {"^n_": {"type": "integer"}}})
     assert one(Simulator(), turn({"name": "now", "arguments": {"x": "A1"}}), task(plain)) == [
         "Tool 'now' arguments do not match its schema: 'A1' does not match '^[a-z]+$' at '$.x'"]
@@ -384,14 +385,14 @@ def test_exponential_any_of_runs_over_the_step_budget(monkeypatch):
     assert check(nested_any_of(20), {"x": 5}) == OVER  # jsonschema: 2**20 paths, minutes
     assert check(nested_any_of(20), {"x": "s"}) == NO_RESULT  # anyOf stops at the first branch that holds
     linear(lambda n: check(nested_any_of(n), {"x": 5}), lambda k: [k], 20)
-    monkeypatch.setattr(simulator, "SCHEMA_SECONDS", 1e9)  # the verdict is the step count's, not the clock's
-    monkeypatch.setattr(simulator, "MAX_STEPS", 4 * 2 ** 4)
+    monkeypatch.setattr(lib.schema, "SCHEMA_SECONDS", 1e9)  # the verdict is the step count's, not the clock's
+    monkeypatch.setattr(lib.schema, "MAX_STEPS", 4 * 2 ** 4)
     assert check(nested_any_of(3), {"x": 5}).startswith("Tool 'f' arguments do not match its schema: 5 is not valid")
     assert check(nested_any_of(5), {"x": 5}) == OVER
 
 
 def test_a_metaschema_check_over_budget_checks_the_schema_light(monkeypatch):
-    monkeypatch.setattr(simulator, "META_STEPS", 10)  # the 2020-12 metaschema takes more for any schema
+    monkeypatch.setattr(lib.schema, "META_STEPS", 10)  # the 2020-12 metaschema takes more for any schema
     sim = Simulator()
     with pytest.warns(UserWarning, match="invalid JSON schema, checked light only: OverBudget: the check ran over"):
         assert check(TOOLS[0]["function"]["parameters"], {"city": 5, "unit": "c"}, sim) == NO_RESULT
@@ -400,8 +401,8 @@ def test_a_metaschema_check_over_budget_checks_the_schema_light(monkeypatch):
 
 def test_arguments_over_the_size_budget_are_not_validated():
     schema = {"type": "object", "properties": {"x": {"type": "array"}, "n": {"multipleOf": 0.01}}}
-    assert check(schema, {"x": [0] * (simulator.MAX_VALUES - 2)}) == NO_RESULT  # the object, its array, the items
-    assert check(schema, {"x": [0] * (simulator.MAX_VALUES - 1)}) == UNCHECKED + "they hold more than 5000 values"
+    assert check(schema, {"x": [0] * (lib.schema.MAX_VALUES - 2)}) == NO_RESULT  # the object, its array, the items
+    assert check(schema, {"x": [0] * (lib.schema.MAX_VALUES - 1)}) == UNCHECKED + "they hold more than 5000 values"
     assert check(schema, {"n": 10 ** 300 - 1}) == NO_RESULT  # validated: jsonschema divides as floats
     assert check(schema, {"n": -10 ** 300}) == UNCHECKED + "an integer has more than 300 digits"
     assert check(schema, {"n": 1e308}) == (  # a float is never too big: jsonschema falls back to Fraction
@@ -519,6 +520,13 @@ def test_can_answer_needs_a_recorded_response_for_every_gold_call():
 
 
 # ---- llm backend: framing, batching, order, unwrap, retries, failures ----------------------
+
+def test_the_backend_is_llm_when_a_client_is_given_else_replay():
+    assert Simulator().backend == "replay" and Simulator(client=Scripted(echo)).backend == "llm"
+    assert one(Simulator(client=Scripted(echo)), turn({"name": "now"})) != [NO_RESULT]  # answered by the client
+    assert Simulator("replay", Scripted(echo)).backend == "replay"  # a backend named wins
+
+
 
 def test_the_release_framing_and_token_budget():
     seen = []

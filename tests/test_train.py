@@ -298,7 +298,7 @@ def test_a_step_of_hours_keeps_its_endpoints_by_default(world, monkeypatch):
     """A healthy run is never stopped by a step deadline: by default no window bounds an RL step (each
     request keeps its own deadline), so a step whose sampling took four hours still gets its judge's
     answers. The judge is a real HTTP server; lib.llm's clock jumps four hours as each step starts."""
-    from test_llm import Server, chat
+    from helpers import Server, chat
     tmp, rl, _ = world
     shift = [0.0]
     monkeypatch.setattr(train.llm, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + shift[0],
@@ -374,7 +374,7 @@ def test_a_run_that_cannot_earn_a_reward_stops_after_three_steps(what, flags, li
     'no matching record'; (judge) rows whose gold call f is recorded, but the judge (a real HTTP server) answers
     without a rating. Each step logs the share, counts the steps in a row, and the third stops the run
     with one line naming the flags that fix it."""
-    from test_llm import Server, chat
+    from helpers import Server, chat
     tmp, rl, _ = world
     if what == "replay":
         rl = write_jsonl(tmp / "none.jsonl", [verl_row(f"f of 1, case {i}?", [], []) for i in range(4)])
