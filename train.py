@@ -28,8 +28,8 @@ advantage Â^tool (0 when there is none); rollouts.jsonl holds each rollout's tu
 
 With no --model the run builds the embedded default: a tokenizer trained on the shipped tool
 world and a tiny random Qwen2 (lib/tiny.py), then runs SFT, SLCA-GRPO and a before/after eval,
-with settings sized for a 2-core CPU. Naming a --model switches every default to the paper's
-recipe (PRESETS: bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, one RL epoch,
+with settings sized for a 2-core CPU (configs/demo.toml). Naming a --model switches the preset to the paper's
+recipe (configs/paper.toml: bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, one RL epoch,
 SFT without weight decay, the release's loss aggregation, turn caps and schema check) and, without
 data flags, to the release's data splits (data/*.parquet of the Hugging Face dataset, lib.data.release_files).
 Flags always win over the preset; the resolved config is printed and saved whole (config.json), then
@@ -93,7 +93,7 @@ from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, polic
 from rollout import GEN_BATCH, TEMPERATURE, collate, prompt_ids, rollout
 from simulator import unrecorded
 from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
-from lib import llm, lora, tiny
+from lib import config, llm, lora, tiny
 from lib.data import TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
 from lib.files import Logs
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
@@ -107,41 +107,9 @@ from lib.text import set_json_depth, take_unencodable
 from lib.threads import Threads
 
 # ---------------------------------------------------------------------------------------------
-# The config is the flag table below (get_args), grouped under headers; the resolved flags are printed and saved
-# whole to <out>/config.json (and in every checkpoint). Preset flags: (demo, paper) values. No --model: the demo's,
-# sized for ~10 min on 2 CPU cores; a named --model: the paper's recipe (docs/method.md §7). Flags always win.
-# Below float32 (--dtype), --old-logprobs defaults to recompute in either preset: the sampler's log-probs carry
-# its own bf16 rounding (on a random demo-size model, up to 4e-3 per token off the recomputed ones).
-EPOCHS = 1  # RL epochs over --data: the paper's and the release's yaml (its launchers default to 5)
-PRESETS = {
-    "data": ("data/world/rl.jsonl", None),          # paper None: the release's splits (lib.data.release_files)
-    "eval_data": ("data/world/eval.jsonl", None),
-    "sft_data": ("data/world/sft.jsonl", None),
-    "sft_epochs": (8, 2),
-    "sft_lr": (6e-3, 5e-6),
-    "sft_batch": (8, 32),
-    "sft_max_len": (1024, 16384),
-    "sft_tokens": (None, 16384),      # paper: a pass holds at most one --sft-max-len conversation's ids (lib/sft.py)
-    "sft_limit": (None, None),
-    "sft_weight_decay": (0.01, 0.0),  # the release's SFT (LLaMA-Factory) sets none: transformers' 0; the demo's 0.01
-    "group_size": (8, 16),            # G
-    "prompts_per_step": (16, 128),
-    "mini_batch": (8, 32),
-    "micro_batch": (32, 8),
-    "lr": (1e-4, 1e-6),
-    "steps": (60, None),              # None: --epochs x prompts // --prompts-per-step
-    "max_tokens": (384, 8192),
-    "gen_batch": (GEN_BATCH, 16),     # paper 16: scripts/plan.py's GEN_BATCH, what one 80 GB GPU fits (docs/memory.md)
-    "eval_limit": (None, 500),        # paper: 500 of the 4,000 eval prompts (docs/training.md "The cost of evaluating")
-    "eval_every": (0, 50),
-    "dtype": ("float32", "bfloat16"),
-    "grad_ckpt": (False, True),
-    "old_logprobs": ("sample", "recompute"),
-    "schema_check": ("full", "light"),  # the release's check stops at check 3 (light); the demo's README numbers: full
-    "epochs": (EPOCHS, EPOCHS),
-}
-TINY = {k: demo for k, (demo, _) in PRESETS.items()}     # no --model: the embedded demo
-PAPER = {k: paper for k, (_, paper) in PRESETS.items()}  # a named --model
+# The config is the flag table below (get_args), grouped under headers, over a preset file (lib/config.py,
+# configs/demo.toml without --model, configs/paper.toml with one); the resolved flags are printed and saved
+# whole to <out>/config.json (and in every checkpoint).
 STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's stop reasons
 SCORE_KEYS = ("format", "name", "key", "value", "parallel", "process", "summary", "score", "omission",
               "r_tool", "r_sum", "tool_turns", "length")  # per-rollout scores averaged into each RL step's metrics
@@ -161,14 +129,17 @@ def num(text):
     return x
 
 
-def get_args(argv=None):
+def parser():
     """The flag table: the run's whole config, one flat list grouped under headers (model, data, SFT,
     RL, loss, rewards and advantages, simulator and judge, run), each default taken from the module
-    that owns it or from PRESETS; then check_args. Long because it is the table, one flag a line."""
+    that owns it, or None where a preset file sets it. Long because it is the table, one flag a line."""
     p = argparse.ArgumentParser(description="SLCA-GRPO training", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None, help="hub name, local folder or .gguf file (dequantized once into "
                                                  "~/.cache/slca-grpo); none = build the tiny demo model")
+    g.add_argument("--preset", default=None, metavar="NAME|FILE",
+                   help="the settings under the flags: configs/NAME.toml or a .toml file; default: demo without "
+                        "--model, paper with one (lib/config.py)")
     g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="gradient checkpointing")
     g.add_argument("--device", default=None, help="default: cuda (this rank's GPU) if available, else cpu")
@@ -292,18 +263,14 @@ def get_args(argv=None):
                         "RL step, eval/<split>/<key> at the RL step of the eval (lib/files.py scalars)")
     g.add_argument("--grad-cosine", action="store_true",
                    help="log the cosine between tool- and summary-segment gradients (2 extra backward passes)")
-    for act in p._actions:  # show both presets in --help
-        if act.dest in TINY:
-            act.help = (act.help + "; " if act.help else "") + f"preset: demo {TINY[act.dest]}, paper {PAPER[act.dest]}"
-    a = p.parse_args(argv)
-    preset = TINY if a.model is None else PAPER
-    if a.epochs is not None and a.steps is None:  # --epochs given: the steps follow it, whatever the preset
-        preset = {**preset, "steps": None}
-    if (a.dtype or preset["dtype"]) != "float32":  # sampled log-probs carry the decode's own rounding there
-        preset = {**preset, "old_logprobs": "recompute"}
-    for k, v in preset.items():
-        if getattr(a, k) is None:
-            setattr(a, k, v)
+    config.preset_help(p)
+    return p
+
+
+def get_args(argv=None):
+    """The run's config: the flag table over its preset (lib/config.py), then check_args."""
+    p = parser()
+    a = config.with_preset(p, argv, p.parse_args(argv))
     a.out = a.out or f"runs/{a.algo}-s{a.seed}"
     check_args(p, a)
     return a
@@ -548,6 +515,8 @@ def main(argv=None):
     if a.resume and not os.path.exists(os.path.join(a.out, "config.json")):
         raise SystemExit(f"--resume: no run to continue in --out {a.out} (no config.json)")
     rank, _, a.device = setup_dist(a.device)
+    if rank == 0:
+        print(config.preset_line(a.preset, a.model))
     random.seed(a.seed)
     torch.manual_seed(a.seed)
 

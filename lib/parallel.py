@@ -55,7 +55,7 @@ from safetensors import SafetensorError, safe_open
 from torch.distributed.checkpoint import CheckpointException, FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
-RESUME_FREE = {"resume", "overwrite", "show", "device", "out"}  # flags a resumed run may change (a run folder may move)
+RESUME_FREE = {"resume", "overwrite", "show", "device", "out", "preset"}  # flags a resumed run may change (a run folder may move; the preset is checked by its values)
 
 
 def setup_dist(device=None):

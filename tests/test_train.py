@@ -338,16 +338,18 @@ def test_rows_the_judge_cannot_rate_are_refused_before_anything(world):
 
 
 def test_a_named_model_says_which_stages_run(world, capsys):
-    """--model with --data alone: no SFT and no eval, said before anything starts; the paper preset's evals
-    take 500 prompts."""
+    """--model with --data alone: the paper preset, said first; no SFT and no eval, said before anything starts;
+    the paper preset's evals take 500 prompts."""
     tmp, rl, _ = world
     tiny_model().save_pretrained(tmp / "m")
     tokenizer().save_pretrained(tmp / "m")
     argv = ["--model", str(tmp / "m"), "--data", rl, "--dtype", "float32", "--no-grad-ckpt", "--steps", "0"]
     assert train.get_args(argv).eval_limit == 500 and train.get_args([]).eval_limit is None
     train.main(argv + ["--out", str(tmp / "r")])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "preset: paper (a named --model; --preset demo for the demo's settings)"
     assert "plan: SFT: none (no --sft-data) -> RL: 0 steps of 128 prompts x G = 16 (4 prompts x 1 epochs) -> " \
-           "eval: none (no --eval-data)" in capsys.readouterr().out
+           "eval: none (no --eval-data)" in out
 
 
 def script(text, summary):
