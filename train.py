@@ -90,7 +90,7 @@ import rewards
 from rewards import score_rollouts
 from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, turn_stats
 from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
-from rollout import GEN_BATCH, TEMPERATURE, collate, prompt_ids, rollout
+from rollout import TEMPERATURE, collate, prompt_ids, rollout
 from simulator import unrecorded
 from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
 from lib import config, llm, lora, tiny
@@ -568,6 +568,8 @@ def run(a, rank, tasks, evals, convs, frozen, got):
     main_rank, final = rank == 0, os.path.join(a.out, "final")
     if not open_run(a.out, vars(a), a.resume, a.overwrite, main_rank):
         return
+    if main_rank:
+        print(config.show(parser(), vars(a)))
     logs = Logs(a.out, LOGS, main_rank, a.report_to, vars(a))
     model, tok, tasks, evals, sft_dir, name = load_model(a, rank, tasks, evals, convs)
     sim, judge, clients = frozen

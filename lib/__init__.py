@@ -1,5 +1,6 @@
 """The support package: everything the eight top-level modules stand on that is not the method.
 
+    config.py    the run's settings: preset files (configs/*.toml) under the flags, the compact view
     text.py      bounded JSON for untrusted text; lone surrogates made encodable
     chat.py      the one special-token-safe encoder (chat templates, tool blocks)
     lib/data.py      data layouts: the shipped world, the release's verl and Toucan files, SFT chats

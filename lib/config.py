@@ -1,12 +1,16 @@
-"""The run's settings: a preset file (configs/*.toml) under the command line's flags.
+"""The run's settings: a preset file (configs/*.toml) under the command line's flags, and their
+compact view printed at start (the whole config goes to <out>/config.json).
 
 A preset is a plain TOML file of flag values, read as if its flags came first on the command line,
 so a flag given always wins: configs/demo.toml without --model, configs/paper.toml with one, or
 --preset NAME (a file in configs/) or PATH. Two rules follow the flags given: --epochs without
 --steps drops the preset's steps (they follow the epochs); below float32 --old-logprobs is recompute.
 """
+import hashlib
+import json
 import os
 import sys
+import textwrap
 import tomllib
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -70,3 +74,19 @@ def preset_help(p):
         if act.dest in demo.keys() | paper.keys():
             act.help = (act.help + "; " if act.help else "") + \
                 f"preset: demo {demo.get(act.dest)}, paper {paper.get(act.dest)}"
+
+
+def show(p, config, width=118):
+    """`config` (a run's flags, a dict) in the groups of parser `p`, a line or a few each; values
+    set outside the table (the prompt templates) last, long texts as a short hash of their text."""
+    def value(v):
+        if isinstance(v, str) and (len(v) > 60 or "\n" in v):
+            return "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:8]
+        return v if isinstance(v, str) and v else json.dumps(v, separators=(",", ":"))
+    groups = [(g.title.split(" (")[0], [x.dest for x in g._group_actions]) for g in p._action_groups]
+    grouped = {k for _, keys in groups for k in keys}
+    groups.append(("other", [k for k in config if k not in grouped]))
+    lines = [textwrap.fill("  ".join(f"{k}={value(config[k])}" for k in keys if k in config), width,
+                           initial_indent=f"{title}: ", subsequent_indent="    ")
+             for title, keys in groups if any(k in config for k in keys)]
+    return "\n".join(["config (whole in config.json):", *lines])

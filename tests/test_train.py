@@ -1,4 +1,5 @@
 """train.py: flags, SFT masking and loss, chunked log-probs, and one RL step end to end."""
+import hashlib
 import json
 import math
 import os
@@ -348,6 +349,9 @@ def test_a_named_model_says_which_stages_run(world, capsys):
     train.main(argv + ["--out", str(tmp / "r")])
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "preset: paper (a named --model; --preset demo for the demo's settings)"
+    shown = out[out.index("config (whole in config.json):"):out.index("plan: ")].splitlines()
+    assert len(shown) < 40 and "run: out=" in out and "You are" not in out  # a screenful; templates by hash
+    assert "sim_template=sha256:" + hashlib.sha256(train.get_args(argv).sim_template.encode()).hexdigest()[:8] in out
     assert "plan: SFT: none (no --sft-data) -> RL: 0 steps of 128 prompts x G = 16 (4 prompts x 1 epochs) -> " \
            "eval: none (no --eval-data)" in out
 
