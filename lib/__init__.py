@@ -11,6 +11,7 @@
     lib/sampler.py   rollout.py's cache-reusing sampler (--sampler cached): KV caches kept across turns
     lib/parallel.py  torchrun / FSDP2, checkpoints, resume, the run folder
     lib/sft.py       the warm start (supervised fine-tuning on the loss mask)
+    loop.py      the RL loop's plumbing: the plan line, the RL state, the metrics row and log, the guards
     files.py     JSONL result files
     plots.py     training curves (matplotlib, the benchmark extra)
 

@@ -12,7 +12,7 @@ import torch
 
 import advantage
 import rewards
-from lib import sft
+from lib import config, sft
 import train
 from lib.data import Task, data_order, load_sft
 from helpers import CALL, tiny_model, tokenizer, write_world
@@ -25,7 +25,7 @@ RELEASE_FILES = {"rl": "data/world/rl.jsonl", "eval": "data/world/eval.jsonl", "
 @pytest.fixture
 def paper(monkeypatch):
     """get_args under the paper preset, with the release's splits replaced by the shipped world."""
-    monkeypatch.setattr(train, "release_files", lambda: RELEASE_FILES)
+    monkeypatch.setattr(config, "release_files", lambda: RELEASE_FILES)
     return lambda *flags: train.get_args(["--model", "Qwen/Qwen2.5-3B-Instruct", *flags])
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import lib.model
-from lib import logprobs, sft
+from lib import config, logprobs, sft
 import advantage
 import train
 from lib.files import json_safe
@@ -107,7 +107,7 @@ def test_one_rl_step_changes_weights_and_logs_every_field(world):
 def test_bad_flags_name_the_flag(argv, flag, capsys, monkeypatch):
     def offline():
         raise train.DataError("not in the Hugging Face cache; fetch the splits with: hf download ...")
-    monkeypatch.setattr(train, "release_files", offline)
+    monkeypatch.setattr(config, "release_files", offline)
     with pytest.raises(SystemExit) as e:
         train.get_args(argv)
     assert e.value.code == 2 and flag in capsys.readouterr().err
@@ -241,7 +241,7 @@ def test_gpu_probe_says_no_gpu_and_runs_a_cpu_smoke_step(capsys, monkeypatch):
 
 def test_headline_command_uses_the_release_splits(monkeypatch):
     files = {"rl": "data/world/rl.jsonl", "eval": "data/world/eval.jsonl", "sft": "data/world/sft.jsonl"}
-    monkeypatch.setattr(train, "release_files", lambda: files)
+    monkeypatch.setattr(config, "release_files", lambda: files)
     a = train.get_args(["--model", "Qwen/Qwen2.5-3B-Instruct"])
     assert (a.data, a.eval_data, a.sft_data) == (files["rl"], files["eval"], files["sft"])
     assert (a.group_size, a.prompts_per_step, a.loss_agg, a.max_tool_rounds, a.dtype) == \
