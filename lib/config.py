@@ -267,20 +267,22 @@ def with_preset(p, argv, a):
     """Parse `argv` again under the preset `a` (argv's parse) names: default demo without --model,
     paper with one. Refuses a file that cannot be read, a key that is no flag, and leaves no flag
     unset that both shipped presets set."""
-    a.preset = a.preset or ("demo" if a.model is None else "paper")
+    name = a.preset or ("demo" if a.model is None else "paper")
     try:
-        settings = read_preset(a.preset)
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        p.error(f"--preset {a.preset}: {e}")
+        settings = read_preset(name)
+    except OSError as e:
+        p.error(f"--preset {name}: cannot read {e.filename}: {e.strerror} (shipped: {', '.join(sorted(WHY))})")
+    except tomllib.TOMLDecodeError as e:
+        p.error(f"--preset {name}: not TOML: {e}")
     if a.epochs is not None and a.steps is None:  # --epochs given: the steps follow it, whatever the preset
         settings.pop("steps", None)
     if (a.dtype or settings.get("dtype")) != "float32":  # sampled log-probs carry the decode's own rounding there
         settings["old_logprobs"] = "recompute"
     a = p.parse_args(preset_argv(settings, p) + list(sys.argv[1:] if argv is None else argv))
-    a.preset = a.preset or ("demo" if a.model is None else "paper")
+    a.preset = name
     need = read_preset("demo").keys() & read_preset("paper").keys()
     for k in sorted(k for k in need if getattr(a, k) is None):
-        p.error(f"--preset {a.preset} sets no --{k.replace('_', '-')} and none was given")
+        p.error(f"--preset {name} sets no --{k.replace('_', '-')} and none was given")
     return a
 
 
@@ -300,16 +302,16 @@ def preset_help(p):
 
 
 def show(p, config, width=118):
-    """`config` (a run's flags, a dict) in the groups of parser `p`, a line or a few each; values
-    set outside the table (the prompt templates) last, long texts as a short hash of their text."""
-    def value(v):
-        if isinstance(v, str) and (len(v) > 60 or "\n" in v):
+    """`config` (a run's flags, a dict) in the groups of parser `p`, a line or a few each; the values
+    set outside the table (the prompt templates, each as a short hash of its text) last."""
+    def value(k, v):
+        if k.endswith("_template"):
             return "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:8]
         return v if isinstance(v, str) and v else json.dumps(v, separators=(",", ":"))
     groups = [(g.title.split(" (")[0], [x.dest for x in g._group_actions]) for g in p._action_groups]
     grouped = {k for _, keys in groups for k in keys}
     groups.append(("other", [k for k in config if k not in grouped]))
-    lines = [textwrap.fill("  ".join(f"{k}={value(config[k])}" for k in keys if k in config), width,
+    lines = [textwrap.fill("  ".join(f"{k}={value(k, config[k])}" for k in keys if k in config), width,
                            initial_indent=f"{title}: ", subsequent_indent="    ")
              for title, keys in groups if any(k in config for k in keys)]
     return "\n".join(["config (whole in config.json):", *lines])
