@@ -185,7 +185,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     t_train = time.time() - t1
     sums = {**seg_stats(adv_tool, tp, gids, "tool"), **seg_stats(adv_sum, sp, gids, "sum"),              # for the logs
             "sign_conflict": float(((adv_tool * adv_sum) < 0).sum()), **turn_stats(adv_turn, adv_tool),
-            "missed": float(sum(unrecorded(r.turns, r.task) for r in rs))}  # calls to tools the data has no record of
+            "missed": float(sum(unrecorded(r.turns, r.task) for r in rs))}  # tools the data has no record of
     m, tot = loop.step_metrics(step, rs, scores, batch, stats, sums, sim_fail, judge_fail, bad, t_roll, t_train,
                                a.ppo_epochs)
     loop.check_failures(tot, a.max_fail_rate, step, a.sim_url or a.sim_model, a.judge_url or a.judge_model)
