@@ -1,82 +1,34 @@
 """Train a tool-calling policy with SLCA-GRPO (or GRPO, or ToolPO): one linear loop.
 
-    python train.py                                        # the embedded demo, minutes on a CPU
-    python train.py --model Qwen/Qwen2.5-3B-Instruct --sim-url URL --judge-url URL  # the paper's recipe, the release's data
+    python train.py                                  # the demo (configs/demo.toml): minutes on a CPU
+    python train.py --model Qwen/Qwen2.5-3B-Instruct --sim-url URL --judge-url URL  # the paper's (configs/paper.toml)
     torchrun --nproc_per_node 8 train.py --model Qwen/Qwen2.5-3B-Instruct   # the same, FSDP2 over 8 GPUs
-    python train.py --out runs/slca-s0 --resume            # continue a run from its latest checkpoint
+    python train.py --out runs/slca-s0 --resume      # continue a run from its latest checkpoint
 
-Stages (docs/method.md §7):
-1. optional SFT warm start (lib/sft.py): cross-entropy on assistant tokens only, cosine lr with warmup; its
-   result is saved to <out>/sft before RL starts, so a resumed run skips it;
-2. RL, per step: G rollouts for each of the step's prompts (rollout.py) -> HierR scores
-   (rewards.py, Eqs. 2-5) -> advantages (advantage.py: `--algo slca`, Eqs. 7-8, with `--turn-credit`
-   Eq. 14, `grpo`, Eq. 6, or `toolpo`, Eq. 13) -> old and reference log-probs -> PPO mini-batches with
-   gradient accumulation (loss.py, Eqs. 9-12) -> AdamW step per mini-batch -> log -> eval -> checkpoint.
+Stages (docs/method.md §7): an optional SFT warm start (lib/sft.py, saved to <out>/sft), then per RL step:
+G rollouts for each of the step's prompts (rollout.py) -> HierR scores (rewards.py, Eqs. 2-5) -> advantages
+(advantage.py: `--algo slca`, Eqs. 7-8, with `--turn-credit` Eq. 14; `grpo`, Eq. 6; `toolpo`, Eq. 13) -> old
+and reference log-probs -> PPO mini-batches with gradient accumulation (loss.py, Eqs. 9-12), an AdamW step
+each -> log -> eval -> checkpoint.
 
-The file, in reading order: the presets and the flag table (get_args, check_args: the run's whole
-config, one flag a line, about 170 lines; the flags an eval shares are eval.add_episode_flags), the
-RL step (rl_step and the three passes it calls, about 150 lines), and the run (main, run and the
-start, eval and log helpers, about 170 lines).
+The file, in reading order: the config (its flag table, checks and preset files are lib/config.py), the RL
+step (rl_step and the three passes it calls) and the run (main, run, and the model and eval helpers); the
+loop's plumbing (the plan line, the RL state, the metrics row, the guards) is lib/loop.py.
 
-Per-turn credit (`--turn-credit ω`, README Eq. 14, slca only, off by default). The tool turns of a
-rollout are its assistant turns but the last (the summary, Eq. 1); each is scored against its gold
-step (rewards.turn_rewards) and normalised over the group's rollouts that have that turn. A rollout
-whose loss mask does not hold one run per turn (dropped, or a turn that sampled no token) has no
-turn present. Whatever the algorithm and ω, every RL step logs `turn_conflict`: among the tool turns
-with a nonzero per-turn advantage, the share whose sign is opposite to their rollout's SLCA tool
-advantage Â^tool (0 when there is none); rollouts.jsonl holds each rollout's turn rewards (`r_turn`).
+Config: no --model runs configs/demo.toml (a tiny random Qwen2 built on the shipped tool world, lib/tiny.py,
+sized for a 2-core CPU); a named --model runs configs/paper.toml and, without data flags, the release's splits
+(lib.data.release_files); --preset names another. Flags always win. The first line says which preset; the
+resolved config is printed compactly, saved whole (config.json), then one line says which stages run.
 
-With no --model the run builds the embedded default: a tokenizer trained on the shipped tool
-world and a tiny random Qwen2 (lib/tiny.py), then runs SFT, SLCA-GRPO and a before/after eval,
-with settings sized for a 2-core CPU. Naming a --model switches every default to the paper's
-recipe (PRESETS: bf16, gradient checkpointing, G = 16, 128 prompts per step, lr 1e-6, one RL epoch,
-SFT without weight decay, the release's loss aggregation, turn caps and schema check) and, without
-data flags, to the release's data splits (data/*.parquet of the Hugging Face dataset, lib.data.release_files).
-Flags always win over the preset; the resolved config is printed and saved whole (config.json), then
-one line says which stages run and their sizes (`plan`).
+Guards: RL rows on which no reward can be earned are refused before anything is written (--max-unscored); a
+rollout that lost a tool or judge answer to the network is dropped from the loss (--keep-failed keeps it) and a
+step past --max-fail-rate stops the run; a non-finite update is skipped, --max-bad-updates in a row stop it.
 
-No reward that cannot be earned (check_rewards, before anything is written or trained): the release's
-rows carry no recorded tool responses and no reference facts, so without --sim-url/--sim-model and
---judge-url/--judge-model (the replay simulator and the facts judge) every call would be answered
-"no matching record" and every summary score 0; more than --max-unscored of the rows that call tools
-in that state is refused in one line naming those flags. Each RL step logs the same two shares over its
-own rollouts (replay_miss, unrated); BLIND_STEPS steps in a row over --max-unscored stop the run.
-
-Safety (the policy is an adversary): a rollout whose tool call or judge failed at the transport
-level is dropped from the loss (--keep-failed trains on it, as the release does) and counted,
-and the step stops past --max-fail-rate; the loss and the gradient norm are checked before
-every optimizer step, a non-finite update is skipped and counted, --max-bad-updates in a row
-stop the run, and non-finite weights are never saved.
-Logs are strict JSON (a non-finite number is written as null).
-
-Distributed (torchrun, one or several nodes; lib/parallel.py): each rank takes an equal share of
-the step's prompts with all G rollouts of each, so group statistics stay local; policy and
-reference are sharded with FSDP2 (one unit per decoder layer) and gathered whole on each rank to
-sample. The loss normaliser, gradients, metrics, eval scores and rollout records cross ranks;
-rank 0 alone prints and writes.
-
-Outputs in --out: config.json, metrics.jsonl (one line per SFT and RL step), rollouts.jsonl
-(every rollout), eval.jsonl (the before/after-RL rows: eval.evaluate, which `python eval.py
-toucan --model <out>/final` reruns with this config), sft/, ckpt/step-N/ (the last --keep
-checkpoints: weights, optimizer, RNG states, data order and position, log lengths, config; under
-torchrun the weights and optimizer as one shard per rank, ckpt/step-N/shards/), tensorboard/ or
-wandb/ (--report-to: the metrics and eval rows again) and final/ (a Hugging Face folder). A
-non-empty --out needs --resume (continue from the newest checkpoint that reads back, each log
-cut back to its length there; a finished run says so) or --overwrite. One run at a time holds --out. SIGTERM or SIGINT finishes the current RL step,
-checkpoints and exits with 128 + the signal (during SFT: abandons it; --resume redoes it); a
-damaged checkpoint falls back to the one before it; a failed write is one line naming the path.
-At one thread a run is bit-reproducible and a resumed run ends with the bits of an
-uninterrupted one (tests/test_resume.py; docs/scaling.md "Reproducibility").
-LoRA (--lora-r N, lib/lora.py; one process): SFT trains an adapter that is then merged into the float32
-base and saved as <out>/sft; RL trains a fresh adapter on that, and the reference is the same weights with
-the adapter off (peft's disable_adapter): the SFT policy exactly, no second copy. Checkpoints hold the adapter
-and its optimizer; final/ is the adapter (peft's layout, pointing at ../sft), final/merged with --merge-lora.
-Log-probs (lib/logprobs.py) are computed on response tokens only, in chunks, and the G rollouts
-of a prompt compute it once in every log-prob pass.
+Outputs in --out (docs/training.md): config.json, metrics.jsonl, rollouts.jsonl, eval.jsonl (eval.evaluate's
+before/after rows), sft/, ckpt/step-N/ and final/. --resume continues from the newest checkpoint that reads
+back; SIGTERM or SIGINT checkpoints and exits. Under torchrun (lib/parallel.py) each rank takes an equal share
+of the step's prompts with all G rollouts of each, and rank 0 alone prints and writes. LoRA: --lora-r (lib/lora.py).
 """
-import argparse
-import importlib.util
-import math
 import os
 import random
 import sys
@@ -90,283 +42,37 @@ import rewards
 from rewards import score_rollouts
 from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, turn_stats
 from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
-from rollout import GEN_BATCH, TEMPERATURE, collate, prompt_ids, rollout
+from rollout import TEMPERATURE, collate, prompt_ids, rollout
 from simulator import unrecorded
 from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
-from lib import llm, lora, tiny
-from lib.data import TURNS, DataError, data_order, drop_long, load_sft, load_tasks, release_files
+from lib import config, llm, loop, lora, tiny
+from lib.data import DataError, drop_long, load_sft, load_tasks
 from lib.files import Logs
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.model import load_policy
 from lib.optim import optimizer_step
 from lib.parallel import (all_sum, autocast, barrier, cast_once, check_folder, deterministic, gather, gathered,
-                          lock, open_run, rank_prompts, read_json, resume_point, save_checkpoint,
-                          save_final, set_rng_state, setup_dist, shard, stop_if_asked, stop_requests, world, writing)
+                          lock, open_run, rank_prompts, save_checkpoint, save_final, setup_dist, shard, stop_if_asked,
+                          stop_requests, world, writing)
 from lib.sft import SFTConfig, warm_start
 from lib.text import set_json_depth, take_unencodable
 from lib.threads import Threads
 
+# the defaults and choices the method modules own, for the flag table (lib/config.py)
+METHOD = {"algos": ALGOS, "aggs": AGGS, "stats": STATS, "clip_eps": CLIP_EPS, "clip_c": CLIP_C, "kl_beta": KL_BETA,
+          "lam": rewards.LAM, "weights": rewards.WEIGHTS.values(), "turn_credit": TURN_CREDIT, "temperature": TEMPERATURE}
+
+
 # ---------------------------------------------------------------------------------------------
-# The config is the flag table below (get_args), grouped under headers; the resolved flags are printed and saved
-# whole to <out>/config.json (and in every checkpoint). Preset flags: (demo, paper) values. No --model: the demo's,
-# sized for ~10 min on 2 CPU cores; a named --model: the paper's recipe (docs/method.md §7). Flags always win.
-# Below float32 (--dtype), --old-logprobs defaults to recompute in either preset: the sampler's log-probs carry
-# its own bf16 rounding (on a random demo-size model, up to 4e-3 per token off the recomputed ones).
-EPOCHS = 1  # RL epochs over --data: the paper's and the release's yaml (its launchers default to 5)
-PRESETS = {
-    "data": ("data/world/rl.jsonl", None),          # paper None: the release's splits (lib.data.release_files)
-    "eval_data": ("data/world/eval.jsonl", None),
-    "sft_data": ("data/world/sft.jsonl", None),
-    "sft_epochs": (8, 2),
-    "sft_lr": (6e-3, 5e-6),
-    "sft_batch": (8, 32),
-    "sft_max_len": (1024, 16384),
-    "sft_tokens": (None, 16384),      # paper: a pass holds at most one --sft-max-len conversation's ids (lib/sft.py)
-    "sft_limit": (None, None),
-    "sft_weight_decay": (0.01, 0.0),  # the release's SFT (LLaMA-Factory) sets none: transformers' 0; the demo's 0.01
-    "group_size": (8, 16),            # G
-    "prompts_per_step": (16, 128),
-    "mini_batch": (8, 32),
-    "micro_batch": (32, 8),
-    "lr": (1e-4, 1e-6),
-    "steps": (60, None),              # None: --epochs x prompts // --prompts-per-step
-    "max_tokens": (384, 8192),
-    "gen_batch": (GEN_BATCH, 16),     # paper 16: scripts/plan.py's GEN_BATCH, what one 80 GB GPU fits (docs/memory.md)
-    "eval_limit": (None, 500),        # paper: 500 of the 4,000 eval prompts (docs/training.md "The cost of evaluating")
-    "eval_every": (0, 50),
-    "dtype": ("float32", "bfloat16"),
-    "grad_ckpt": (False, True),
-    "old_logprobs": ("sample", "recompute"),
-    "schema_check": ("full", "light"),  # the release's check stops at check 3 (light); the demo's README numbers: full
-    "epochs": (EPOCHS, EPOCHS),
-}
-TINY = {k: demo for k, (demo, _) in PRESETS.items()}     # no --model: the embedded demo
-PAPER = {k: paper for k, (_, paper) in PRESETS.items()}  # a named --model
-STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's stop reasons
-SCORE_KEYS = ("format", "name", "key", "value", "parallel", "process", "summary", "score", "omission",
-              "r_tool", "r_sum", "tool_turns", "length")  # per-rollout scores averaged into each RL step's metrics
-LOGS = ("metrics", "rollouts", "eval")  # <out>/<name>.jsonl
-UNSCORED = 0.5   # --max-unscored: "most" RL rows, calls or summaries that cannot earn a reward stop the run
-BLIND_STEPS = 3  # RL steps in a row over --max-unscored before the run stops (as --max-bad-updates' default)
-FIX = {"sim": "serve a simulator and pass --sim-url URL --sim-model NAME (or --sim-model FOLDER, in-process)",
-       "judge": "serve a judge and pass --judge-url URL --judge-model NAME (or --judge-model FOLDER, in-process)"}
-REPORT_TO = ("none", "tensorboard", "wandb")  # --report-to (lib/files.py Report)
-
-
-def num(text):
-    """argparse type: a finite float (nan and inf are refused, naming the flag)."""
-    x = float(text)
-    if not math.isfinite(x):
-        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
-    return x
+# the config: the flag table over a preset file (lib/config.py, configs/*.toml)
+def parser():
+    """The flag table (lib/config.py) with the method modules' defaults and eval.py's episode flags."""
+    return config.parser(METHOD, add_episode_flags)
 
 
 def get_args(argv=None):
-    """The flag table: the run's whole config, one flat list grouped under headers (model, data, SFT,
-    RL, loss, rewards and advantages, simulator and judge, run), each default taken from the module
-    that owns it or from PRESETS; then check_args. Long because it is the table, one flag a line."""
-    p = argparse.ArgumentParser(description="SLCA-GRPO training", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    g = p.add_argument_group("model")
-    g.add_argument("--model", default=None, help="hub name, local folder or .gguf file (dequantized once into "
-                                                 "~/.cache/slca-grpo); none = build the tiny demo model")
-    g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
-    g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="gradient checkpointing")
-    g.add_argument("--device", default=None, help="default: cuda (this rank's GPU) if available, else cpu")
-    g.add_argument("--tiny-size", type=int, nargs=3, default=list(tiny.SIZE), metavar=("HIDDEN", "LAYERS", "HEADS"),
-                   help="shape of the demo model built when no --model is given")
-    g.add_argument("--lora-r", type=int, default=0, help="LoRA rank (lib/lora.py): SFT and RL train adapters on a "
-                                                         "frozen base; 0 = full fine-tuning")
-    g.add_argument("--lora-alpha", type=num, default=None, help="LoRA scale alpha / r; default 2 r (LLaMA-Factory's)")
-    g.add_argument("--lora-dropout", type=num, default=lora.DROPOUT, help="dropout on the adapters' input "
-                   "(nonzero: the PPO update samples dropout the old log-probs did not, so its ratio starts off 1)")
-    g.add_argument("--lora-targets", nargs="+", default=list(lora.TARGETS), help="module names given adapters")
-    g.add_argument("--merge-lora", action="store_true", help="also write final/merged: the adapter merged into "
-                                                             "its base, a whole Hugging Face folder")
-    g = p.add_argument_group("data")
-    g.add_argument("--data", default=None, help="RL prompts (.jsonl or .parquet); with --model and no data flags: "
-                                                "the release's splits from the Hugging Face hub")
-    g.add_argument("--eval-data", default=None, help="eval prompts; '' = no eval")
-    g.add_argument("--sft-data", default=None, help="SFT conversations; '' = no warm start")
-    g.add_argument("--skip-bad-rows", action="store_true", help="skip malformed rows instead of failing")
-    g = p.add_argument_group("SFT warm start")
-    g.add_argument("--sft-epochs", type=int, default=None)
-    g.add_argument("--sft-lr", type=num, default=None, help="peak lr, cosine decay after warmup")
-    g.add_argument("--sft-warmup", type=num, default=0.1, help="share of SFT steps spent warming up")
-    g.add_argument("--sft-batch", type=int, default=None, help="conversations per optimizer step")
-    g.add_argument("--sft-max-len", type=int, default=None, help="token cutoff per conversation")
-    g.add_argument("--sft-tokens", type=int, default=None,
-                   help="padded ids per SFT forward/backward (rows x the longest), conversations packed longest "
-                        "first, a longer one alone; none = --micro-batch conversations a pass; the loss is the same")
-    g.add_argument("--sft-turns", choices=TURNS, default=TURNS[0],
-                   help="an assistant's text and the call after it: merge = one turn (what rollouts see); "
-                        "release = two turns, each with its own end token (LLaMA-Factory's data)")
-    g.add_argument("--sft-limit", type=int, default=None, help="use the first N conversations only")
-    g.add_argument("--sft-weight-decay", type=num, default=None, help="AdamW weight decay of the warm start")
-    g = p.add_argument_group("RL")
-    g.add_argument("--algo", choices=ALGOS, default=ALGOS[0],
-                   help="grpo = the 'w/o SLCA' ablation; toolpo = the release's additive baseline (Eq. 13)")
-    g.add_argument("--epochs", type=int, default=None,
-                   help="RL epochs over --data, each in its own seeded order (the release's launchers run 5)")
-    g.add_argument("--steps", type=int, default=None,
-                   help="RL steps; none = --epochs x prompts // --prompts-per-step (the demo preset's 60 holds "
-                        "unless --epochs is given; steps past the epochs repeat their order)")
-    g.add_argument("--group-size", type=int, default=None, help="G rollouts per prompt")
-    g.add_argument("--prompts-per-step", type=int, default=None)
-    g.add_argument("--mini-batch", type=int, default=None, help="prompts per PPO mini-batch (one optimizer step)")
-    g.add_argument("--micro-batch", type=int, default=None, help="rollouts per forward/backward")
-    g.add_argument("--ppo-epochs", type=int, default=1)
-    g.add_argument("--lr", type=num, default=None)
-    g.add_argument("--weight-decay", type=num, default=0.01, help="AdamW weight decay of the RL updates")
-    g.add_argument("--grad-clip", type=num, default=1.0)
-    g.add_argument("--temperature", type=num, default=TEMPERATURE, help="rollout sampling temperature")
-    g.add_argument("--max-tokens", type=int, default=None, help="response tokens per trajectory, observations included")
-    g.add_argument("--gen-batch", type=int, default=None,
-                   help="rollouts sampled together through all their turns; a multiple of G prefills each prompt once")
-    g.add_argument("--old-logprobs", choices=["sample", "recompute"], default=None,
-                   help="log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass "
-                        "(the release's; exact when sampling ran in lower precision than training); recompute "
-                        "whenever --dtype is not float32")
-    g = p.add_argument_group("loss (docs/method.md §4)")
-    g.add_argument("--loss-agg", choices=AGGS, default=AGGS[1],
-                   help="seq-mean-token-mean = what the released run computed (one rollout per micro-batch): a mean "
-                        "over rollouts of per-rollout token means; token-mean = one mean over the mini-batch's tokens")
-    g.add_argument("--clip-eps", type=num, default=CLIP_EPS)
-    g.add_argument("--clip-c", type=num, default=CLIP_C, help="dual-clip constant")
-    g.add_argument("--kl-beta", type=num, default=KL_BETA, help="0 drops the reference model")
-    g = p.add_argument_group("rewards and advantages (docs/method.md §2-3)")
-    g.add_argument("--lam-tool", type=num, default=rewards.LAM, help="λ_tool of Eqs. 4 and 8")
-    g.add_argument("--lam-sum", type=num, default=rewards.LAM, help="λ_sum of Eqs. 4 and 8")
-    g.add_argument("--hierr-weights", type=num, nargs=5, default=list(rewards.WEIGHTS.values()),
-                   metavar=("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"), help="Eq. 2's; 0 0 0 0 0 = 'w/o HierR'")
-    g.add_argument("--succ-judge", action="store_true",
-                   help="ToolPO's R_succ from the judge's Solved/Unsolved (the paper's main rows) instead of the "
-                        "reference rule over the gold calls")
-    g.add_argument("--turn-credit", type=num, default=TURN_CREDIT, metavar="OMEGA",
-                   help="ω of README Eq. 14 (--algo slca only, a project extension): tool turn k's tokens also get "
-                        "ω x the group-normalised reward of turn k against gold step k; 0 = SLCA exactly")
-    g.add_argument("--norm-by-std", action=argparse.BooleanOptionalAction, default=True,
-                   help="--no-norm-by-std subtracts the group mean only (Dr. GRPO)")
-    g.add_argument("--group-stats", choices=STATS, default=STATS[0],
-                   help="exact = float64, equal rewards give exactly 0, a GRPO group of one gets 0; release = "
-                        "the release's float32 torch statistics (sixteen equal 0.9s get a nonzero advantage) and "
-                        "verl's mean 0, std 1 for a GRPO group of one")
-    g.add_argument("--toolpo-norm-by-std", action="store_true",
-                   help="ToolPO divides by the group std too (what the release's ToolPO launchers ran, verl's "
-                        "default; the paper says no std, docs/method.md §3.3)")
-    g = p.add_argument_group("the episode and its scoring (shared with eval.py toucan; docs/method.md §2, §5, §6)")
-    add_episode_flags(g)
-    g = p.add_argument_group("simulator and judge in training")
-    g.add_argument("--keep-failed", action="store_true",
-                   help="train on rollouts that lost a tool or judge answer to an endpoint failure, as the release "
-                        "does (the failure's error text stays in the trajectory, a failed rating scores 0); "
-                        "--max-fail-rate still applies")
-    g.add_argument("--solved-prompt", metavar="FILE", default=None,
-                   help="ToolPO's Solved/Unsolved template, the same placeholders; default: llm.SOLVED_PROMPT")
-    g.add_argument("--max-fail-rate", type=num, default=0.5,
-                   help="stop when more than this share of a step's rollouts lost a tool or judge answer to an "
-                        "endpoint failure (such rollouts are dropped from the loss)")
-    g.add_argument("--step-deadline", type=num, default=0,
-                   help="seconds within which every simulator and judge request of one RL step returns, sampling "
-                        "included; 0 = no shared bound (each request keeps its own --sim-deadline/--judge-deadline)")
-    g.add_argument("--max-unscored", type=num, default=UNSCORED,
-                   help="the share of RL rows (checked before training) or of a step's answered calls and judged "
-                        f"summaries (checked every step; {BLIND_STEPS} such steps in a row stop the run) that the "
-                        "simulator could not answer (replay: no record of the row's gold calls; a row that records none) "
-                        "or the judge could not rate; 1 = never stop")
-    g.add_argument("--judge-noise", type=num, default=0.0, metavar="P",
-                   help="the noise control: with probability P an RL summary rating is replaced by a uniform "
-                        "level 1..5 (rewards.NoisyJudge); evals keep the clean judge")
-    g = p.add_argument_group("run")
-    g.add_argument("--out", default=None, help="run folder; default runs/<algo>-s<seed>")
-    g.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
-    g.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run in --out")
-    g.add_argument("--save-every", type=int, default=0, help="checkpoint every N RL steps; 0 = only when stopped by SIGTERM/SIGINT (final/ is always written)")
-    g.add_argument("--keep", type=int, default=2, help="checkpoints kept")
-    g.add_argument("--max-bad-updates", type=int, default=3, help="non-finite updates in a row before stopping")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--eval-every", type=int, default=None, help="RL steps between evals; 0 = before and after only")
-    g.add_argument("--eval-limit", type=int, default=None, help="first N eval prompts")
-    g.add_argument("--show", type=int, default=2, help="decoded rollouts printed per step")
-    g.add_argument("--report-to", choices=REPORT_TO, default=REPORT_TO[0],
-                   help="also send metrics.jsonl's and eval.jsonl's rows to TensorBoard (<out>/tensorboard) or W&B "
-                        "(offline, <out>/wandb; needs wandb installed): sft/<key> at the SFT step, rl/<key> at the "
-                        "RL step, eval/<split>/<key> at the RL step of the eval (lib/files.py scalars)")
-    g.add_argument("--grad-cosine", action="store_true",
-                   help="log the cosine between tool- and summary-segment gradients (2 extra backward passes)")
-    for act in p._actions:  # show both presets in --help
-        if act.dest in TINY:
-            act.help = (act.help + "; " if act.help else "") + f"preset: demo {TINY[act.dest]}, paper {PAPER[act.dest]}"
-    a = p.parse_args(argv)
-    preset = TINY if a.model is None else PAPER
-    if a.epochs is not None and a.steps is None:  # --epochs given: the steps follow it, whatever the preset
-        preset = {**preset, "steps": None}
-    if (a.dtype or preset["dtype"]) != "float32":  # sampled log-probs carry the decode's own rounding there
-        preset = {**preset, "old_logprobs": "recompute"}
-    for k, v in preset.items():
-        if getattr(a, k) is None:
-            setattr(a, k, v)
-    a.out = a.out or f"runs/{a.algo}-s{a.seed}"
-    check_args(p, a)
-    return a
-
-
-def check_args(p, a):
-    """Fail early, naming the flag."""
-    if a.model is not None and a.data is None:
-        if a.sft_data is not None or a.eval_data is not None:
-            p.error("--data is required when --sft-data or --eval-data is given")
-        try:  # the release's splits, from the cache or the hub; else one line naming the download command
-            files = release_files()
-        except DataError as e:
-            p.exit(2, f"{p.prog}: error: --data not given, so the release's data is needed: {e}\n")  # one line, no usage
-        a.data, a.eval_data, a.sft_data = files["rl"], files["eval"], files["sft"]
-    for flag in ("data", "eval_data", "sft_data"):
-        path = getattr(a, flag)
-        if path and not os.path.exists(path):
-            p.error(f"--{flag.replace('_', '-')}: no such file: {path}")
-    for flag in ("group_size", "prompts_per_step", "mini_batch", "micro_batch", "max_tokens", "max_turns",
-                 "max_prompt_tokens", "keep", "max_bad_updates", "ppo_epochs", "epochs"):
-        if getattr(a, flag) < 1:
-            p.error(f"--{flag.replace('_', '-')} must be >= 1")
-    if a.step_deadline < 0:
-        p.error("--step-deadline must be >= 0")
-    if not 0 <= a.max_unscored <= 1:
-        p.error("--max-unscored must be in [0, 1]")
-    if a.sft_tokens is not None and a.sft_tokens < 1:
-        p.error("--sft-tokens must be >= 1")
-    for flag in ("max_tool_rounds", "save_every", "sft_limit", "steps", "eval_limit"):
-        if getattr(a, flag) is not None and getattr(a, flag) < 0:
-            p.error(f"--{flag.replace('_', '-')} must be >= 0")
-    if a.prompts_per_step % a.mini_batch:
-        p.error("--prompts-per-step must be a multiple of --mini-batch")
-    if a.mini_batch % int(os.environ.get("WORLD_SIZE", "1")):
-        p.error("--mini-batch must be a multiple of the number of processes (each takes an equal share)")
-    if a.sampler == "compiled" and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # its step reads weights, skips hooks
-        p.error("--sampler compiled does not run under torchrun (it skips FSDP2's forward hooks): use --sampler cached")
-    if a.sft_weight_decay < 0:
-        p.error("--sft-weight-decay must be >= 0")
-    if a.turn_credit < 0:
-        p.error("--turn-credit must be >= 0")
-    if a.turn_credit and a.algo != "slca":
-        p.error(f"--turn-credit is per-turn credit inside SLCA's tool segment: it needs --algo slca, not {a.algo}")
-    check_episode_flags(p, a, a.solved_prompt)  # --json-depth, and the frozen LLMs' prompt files read once
-    if any(w < 0 for w in a.hierr_weights):
-        p.error("--hierr-weights must be >= 0")
-    if a.resume and a.overwrite:
-        p.error("--resume and --overwrite exclude each other")
-    if a.lora_r < 0:
-        p.error("--lora-r must be >= 0")
-    if a.lora_r and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        p.error("--lora-r runs in one process: torchrun (FSDP2) with LoRA is not supported")
-    if (a.merge_lora or a.lora_alpha is not None) and not a.lora_r:
-        p.error(f"--{'merge-lora' if a.merge_lora else 'lora-alpha'} needs --lora-r")
-    if a.lora_r and a.sampler == "compiled":
-        p.error("--sampler compiled runs a plain Qwen2's weights, not LoRA's: with --lora-r use cached or generate")
-    if not 0 <= a.lora_dropout < 1:
-        p.error("--lora-dropout must be in [0, 1)")
-    a.lora_alpha = 2.0 * a.lora_r if a.lora_alpha is None else a.lora_alpha
-    if a.report_to != "none" and importlib.util.find_spec(a.report_to) is None:  # the package is the module
-        p.error(f"--report-to {a.report_to}: {a.report_to} is not installed (pip install {a.report_to})")
+    """The run's config: the flag table over its preset file, checked (lib/config.py)."""
+    return config.get_args(parser(), argv, check_episode_flags)
 
 
 def sft_config(a):
@@ -477,68 +183,13 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     t1 = time.time()
     stats, bad = ppo_update(model, opt, batch, old, refl, A, a, bad)                     # Eqs. 9-12
     t_train = time.time() - t1
-    m, tot = step_metrics(step, rs, scores, batch, stats, (adv_tool, tp), (adv_sum, sp), adv_turn, gids,
-                          sim_fail, judge_fail, bad, t_roll, t_train, a.ppo_epochs)
-    fail = (tot["sim_failed"] + tot["judge_failed"]) / tot["n"]
-    if fail > a.max_fail_rate:
-        which = [f"the simulator ({a.sim_url or a.sim_model})" if tot["sim_failed"] else "",
-                 f"the judge ({a.judge_url or a.judge_model})" if tot["judge_failed"] else ""]
-        raise SystemExit(f"stopping at RL step {step}: {fail:.0%} of the rollouts lost an answer to endpoint "
-                         f"failures ({' and '.join(w for w in which if w)}); over --max-fail-rate {a.max_fail_rate}")
+    sums = {**seg_stats(adv_tool, tp, gids, "tool"), **seg_stats(adv_sum, sp, gids, "sum"),              # for the logs
+            "sign_conflict": float(((adv_tool * adv_sum) < 0).sum()), **turn_stats(adv_turn, adv_tool),
+            "missed": float(sum(unrecorded(r.turns, r.task) for r in rs))}  # in rows that record no response
+    m, tot = loop.step_metrics(step, rs, scores, batch, stats, sums, sim_fail, judge_fail, bad, t_roll, t_train,
+                               a.ppo_epochs)
+    loop.check_failures(tot, a.max_fail_rate, step, a.sim_url or a.sim_model, a.judge_url or a.judge_model)
     return m, rs, scores, turn_r, (adv_tool, adv_sum), bad
-
-
-def unscored(m, step, limit):
-    """The line that stops a run whose last BLIND_STEPS steps could not earn a reward."""
-    why = [f"{m['replay_miss']:.0%} of the answered tool calls were answered 'no matching record' by rows that "
-           f"record no tool response ({FIX['sim']})"] if m["replay_miss"] > limit else []
-    why += [f"the judge could not rate {m['unrated']:.0%} of the judged summaries ({FIX['judge']})"] \
-        if m["unrated"] > limit else []
-    return (f"stopping at RL step {step}: {BLIND_STEPS} steps in a row over --max-unscored {limit}: "
-            f"{'; '.join(why)}")
-
-
-def step_metrics(step, rs, scores, batch, stats, tool, summary, adv_turn, gids, sim_fail, judge_fail, bad,
-                 t_roll, t_train, ppo_epochs):
-    """One RL step's metrics row: sums over this rank's rollouts, added up over ranks, then means
-    (the loss stats are shares of each mini-batch, so they are averaged over the updates).
-    tool and summary: (advantages (B,), presence (B,)) of each segment. Returns (row, the sums)."""
-    (adv_tool, tp), (adv_sum, sp) = tool, summary
-    loss_keys = [k for k in stats if k not in ("loss", "grad_norm", "skipped", "updates", "grad_cosine")]
-    local = {**{k: sum(float(s[k]) for s in scores) for k in SCORE_KEYS}, "n": float(len(rs)),
-             **seg_stats(adv_tool, tp, gids, "tool"), **seg_stats(adv_sum, sp, gids, "sum"),
-             "sign_conflict": float(((adv_tool * adv_sum) < 0).sum()), **turn_stats(adv_turn, adv_tool),
-             **{k: stats[k] for k in loss_keys},
-             **{f"stop_{k}": float(sum(r.stop == k for r in rs)) for k in STOPS},
-             "sim_failed": float(sim_fail.sum()), "judge_failed": float(judge_fail.sum()),
-             "answered": float(sum(len(r.responses) for r in rs)),
-             "missed": float(sum(unrecorded(r.turns, r.task) for r in rs)),  # in rows that record no response
-             "judged": sum(s["judged"] for s in scores), "unrated": sum(s["unrated"] for s in scores),
-             "unencodable": float(take_unencodable()),  # lone surrogates made U+FFFD before a tokenizer
-             "policy_tokens": float(batch["response_mask"].sum()), "tokens": float(batch["attention_mask"].sum())}
-    tot = dict(zip(local, all_sum(list(local.values()))))
-    n, u = tot["n"], stats["updates"]
-    m = {"step": step, **{k: tot[k] / n for k in SCORE_KEYS}}
-    for seg in ("tool", "sum"):
-        c, s1, s2 = tot[f"adv_{seg}_n"], tot[f"adv_{seg}_sum"], tot[f"adv_{seg}_sq"]
-        m[f"adv_{seg}_mean"] = s1 / c if c else 0.0
-        m[f"adv_{seg}_std"] = math.sqrt(max(s2 - s1 * s1 / c, 0.0) / (c - 1)) if c > 1 else 0.0
-        m[f"adv_{seg}_zero_groups"] = tot[f"adv_{seg}_zero"] / tot[f"adv_{seg}_groups"]
-    m.update({"sign_conflict": tot["sign_conflict"] / n,
-              "turn_conflict": tot["turn_conflict"] / tot["turn_n"] if tot["turn_n"] else 0.0,
-              **{k: tot[k] / u for k in loss_keys},
-              "loss": stats["loss"] / u, "grad_norm": stats["grad_norm"] / u,
-              "skipped_updates": stats["skipped"], "bad_updates_in_a_row": bad,
-              "sim_failed": tot["sim_failed"] / n, "judge_failed": tot["judge_failed"] / n,
-              "replay_miss": tot["missed"] / tot["answered"] if tot["answered"] else 0.0,  # of the answered calls
-              "unrated": tot["unrated"] / tot["judged"] if tot["judged"] else 0.0,       # of the judged summaries
-              "unencodable": tot["unencodable"],           # a count over the step's rollouts, all ranks
-              **{f"stop_{k}": tot[f"stop_{k}"] / n for k in STOPS},
-              "rollout_tok_s": tot["policy_tokens"] / t_roll / world(),
-              "train_tok_s": ppo_epochs * tot["tokens"] / t_train / world(),
-              "t_rollout": t_roll, "t_train": t_train,
-              **({"grad_cosine": stats["grad_cosine"]} if "grad_cosine" in stats else {})})
-    return m, tot
 
 
 # ---------------------------------------------------------------------------------------------
@@ -549,6 +200,8 @@ def main(argv=None):
     if a.resume and not os.path.exists(os.path.join(a.out, "config.json")):
         raise SystemExit(f"--resume: no run to continue in --out {a.out} (no config.json)")
     rank, _, a.device = setup_dist(a.device)
+    if rank == 0:
+        print(config.preset_line(a.preset, a.model))
     random.seed(a.seed)
     torch.manual_seed(a.seed)
 
@@ -560,7 +213,7 @@ def main(argv=None):
     except DataError as e:
         raise SystemExit(f"error: {e}") from None
     sim, judge, clients = frozen_llms(a)
-    check_rewards(tasks, sim, judge, a.max_unscored)  # before any file is touched or any weight trained
+    loop.check_rewards(tasks, sim, judge, a.max_unscored)  # before any file is touched or any weight trained
     held = lock(a.out, rank)  # one run per --out, until this process ends
     was = torch.are_deterministic_algorithms_enabled()  # given back at the end, for a caller in this process
     try:
@@ -575,24 +228,6 @@ def main(argv=None):
         dist.destroy_process_group()
 
 
-def check_rewards(tasks, sim, judge, limit):
-    """Refuse, in one line naming the flags that fix it, RL rows on which no reward can be earned:
-    when the simulator cannot answer the gold calls (replay needs recorded responses) or the judge
-    cannot rate the summaries (the facts judge needs reference facts) of more than `limit` of the
-    rows that call tools, R_tool is scored against fabricated error observations and R_sum is 0."""
-    rows = [t for t in tasks if t.gold and t.allowed_tools]
-    deaf = sum(not sim.can_answer(t) for t in rows)
-    blind = sum(not judge.can_rate(t) for t in rows) if hasattr(judge, "can_rate") else 0
-    why = [f"the replay simulator has no recorded response for the gold calls of {deaf} of {len(rows)} RL rows "
-           f"that call tools (their calls would be answered 'no matching record'): {FIX['sim']}"] \
-        if deaf > limit * len(rows) else []
-    why += [f"the facts judge has no reference facts for {blind} of {len(rows)} RL rows that call tools (their "
-            f"summaries would score 0): {FIX['judge']}"] if blind > limit * len(rows) else []
-    if why:
-        raise SystemExit(f"error: no reward can be earned on these rows: {'; '.join(why)}; docs/training.md \"Simulator "
-                         f"and judge\" shows how (--max-unscored 1 trains anyway)")
-
-
 def run(a, rank, tasks, evals, convs, frozen, got):
     """The run in --out, which this process holds: start, continue or report it finished. `frozen`:
     the simulator, the judge and their clients (eval.frozen_llms); `got` collects the stop signals
@@ -600,14 +235,17 @@ def run(a, rank, tasks, evals, convs, frozen, got):
     main_rank, final = rank == 0, os.path.join(a.out, "final")
     if not open_run(a.out, vars(a), a.resume, a.overwrite, main_rank):
         return
-    logs = Logs(a.out, LOGS, main_rank, a.report_to, vars(a))
+    if main_rank:
+        print(config.show(parser(), vars(a)))
+    logs = Logs(a.out, loop.LOGS, main_rank, a.report_to, vars(a))
     model, tok, tasks, evals, sft_dir, name = load_model(a, rank, tasks, evals, convs)
     sim, judge, clients = frozen
     rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals: the clean one
     t_start, threads = time.time(), Threads(on=a.device == "cpu")  # fewer threads while the machine is busy
     steps = a.epochs * len(tasks) // a.prompts_per_step if a.steps is None else a.steps  # len(data_order) // P
     if main_rank:
-        print(plan(a, len(tasks), len(evals), len(convs), os.path.isdir(sft_dir), steps))
+        print(loop.plan(len(tasks), len(evals), len(convs), os.path.isdir(sft_dir), steps, a.sft_epochs, a.sft_batch,
+                        a.prompts_per_step, a.group_size, a.epochs, a.eval_every))
     model = shard(model, a.dtype)
     if convs and not os.path.isdir(sft_dir):
         model = sft_stage(a, model, tok, convs, logs, threads, got, rank, sft_dir)
@@ -616,7 +254,8 @@ def run(a, rank, tasks, evals, convs, frozen, got):
 
     # RL state: fresh, or the newest checkpoint that reads back; the logs are cut back to that point
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], a.lr, weight_decay=a.weight_decay)
-    start, order, found = rl_state(a, model, opt, rank, logs, len(tasks), sft_dir)
+    start, order, found = loop.rl_state(a.out, vars(a), model, opt, rank, logs, len(tasks), a.epochs, a.seed, a.resume,
+                                        sft_dir)
     table = {"before RL": None if found else eval_row("before RL", 0)}
     mine = rank_prompts(a.prompts_per_step, a.mini_batch, rank, world())
     bad, blind, saved = 0, 0, start if found else None  # saved: the newest checkpoint this process knows is on disk
@@ -628,11 +267,10 @@ def run(a, rank, tasks, evals, convs, frozen, got):
         with autocast(a.dtype, a.device), llm.window(a.step_deadline, *clients):  # a dead endpoint stalls one step at most
             m, rs, scores, turn_r, advs, bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
                                                        pos, sim, rl_judge, a, step, bad)
-        blind = blind + 1 if max(m["replay_miss"], m["unrated"]) > a.max_unscored else 0
+        blind = loop.blind_steps(m, blind, a.max_unscored)
         m["elapsed"], m["threads"], m["blind_steps"] = time.time() - t_start, n_threads, blind
-        log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, a.show)
-        if blind == BLIND_STEPS:
-            raise SystemExit(unscored(m, step, a.max_unscored))
+        loop.log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, a.show)
+        loop.stop_if_blind(m, step, a.max_unscored)
         if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
             eval_row(f"step {step + 1}", step + 1)
         if a.save_every and (step + 1) % a.save_every == 0 and step + 1 < steps:
@@ -654,7 +292,7 @@ def run(a, rank, tasks, evals, convs, frozen, got):
 def sft_stage(a, model, tok, convs, logs, threads, got, rank, sft_dir):
     """The warm start (lib/sft.py; with LoRA an adapter, merged after), its result saved to `sft_dir`."""
     if a.resume:
-        logs.rewind(dict.fromkeys(LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
+        logs.rewind(dict.fromkeys(loop.LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
 
     def sft_row(row):  # after each SFT step: its row, the next step's thread count, a stop if one came
         logs.write({**row, "threads": torch.get_num_threads()})
@@ -666,17 +304,6 @@ def sft_stage(a, model, tok, convs, logs, threads, got, rank, sft_dir):
     model = lora.merge(model) if a.lora_r else model  # the SFT policy: base + adapter, now the frozen base
     save_final(model, tok, sft_dir, rank, info={"logs": logs.sizes()})
     return model
-
-
-def plan(a, n_rl, n_eval, n_sft, sft_done, steps):
-    """One line saying which stages this run has, and their sizes, before the first one starts."""
-    sft = ("SFT: done before, in <out>/sft" if sft_done else
-           f"SFT: {n_sft:,} conversations x {a.sft_epochs} epochs, {a.sft_batch} a step" if n_sft else
-           "SFT: none (no --sft-data)")
-    rl = f"RL: {steps:,} steps of {a.prompts_per_step} prompts x G = {a.group_size} ({n_rl:,} prompts x {a.epochs} epochs)"
-    when = f"every {a.eval_every} steps, " if a.eval_every else ""
-    ev = f"eval: {n_eval:,} prompts before RL, {when}after RL" if n_eval else "eval: none (no --eval-data)"
-    return f"plan: {sft} -> {rl} -> {ev}"
 
 
 def load_model(a, rank, tasks, evals, convs):
@@ -725,27 +352,6 @@ def rl_models(a, model, base):
     return model, shard(load_policy(base, a.dtype, a.device)[0], a.dtype).eval().requires_grad_(False)
 
 
-def rl_state(a, model, opt, rank, logs, n_tasks, sft_dir):
-    """The RL state to start from: fresh, or (--resume) the newest checkpoint that reads back,
-    with the logs cut back to that point. Returns (first step, data order, the checkpoint found or None)."""
-    order = data_order(n_tasks, a.epochs, a.seed)
-    random.seed(a.seed + 1)  # RL starts from the same RNG state whether SFT ran now or in an earlier process
-    torch.manual_seed(a.seed + 1)
-    start, found = 0, resume_point(a.out, model, opt, vars(a), rank) if a.resume else None
-    if found:                                            # model and opt hold its state
-        folder, state, rng = found
-        set_rng_state(rng)
-        start, order = state["step"], state["order"]
-        logs.rewind(state.get("logs"))
-        if rank == 0:
-            print(f"resumed from {folder}: RL step {start}")
-    elif a.resume:  # from the SFT result (its run.json holds the logs' lengths then), or from nothing
-        info = os.path.join(sft_dir, "run.json")
-        logs.rewind(read_json(info).get("logs") if os.path.isfile(info) else None if os.path.isdir(sft_dir)
-                    else dict.fromkeys(LOGS, 0))
-    return start, order, found
-
-
 def run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step):
     """eval.evaluate on the eval split (what `eval.py toucan --model <out>/final` reruns), rank r taking
     prompts r, r + world, ...; the scores are put back in the split's order before the means.
@@ -761,25 +367,6 @@ def run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step):
     if rank == 0:
         print(format_table({label: summary["all"]}))
     return summary["all"]
-
-
-def log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, show):
-    """Log the step's metrics and every rollout (gathered from all ranks), print a line and `show` rollouts."""
-    logs.write(m)
-    at, asum = advs
-    rows = [{"step": step, "group": r.group, "question": r.task.question, "turns": r.turns, "stop": r.stop,
-             **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum", "redundant") if k in s},
-             "r_turn": turn_r[i], "adv_tool": float(at[i]), "adv_sum": float(asum[i])}
-            for i, (r, s) in enumerate(zip(rs, scores))]
-    for row in gather(rows):
-        logs.write(row, "rollouts")
-    if main_rank:
-        tqdm.write(f"step {step}: score {m['score']:.3f} process {m['process']:.3f} summary {m['summary']:.3f} "
-                   f"tool_turns {m['tool_turns']:.2f} kl {m['kl']:.4f} clip {m['clip_frac']:.3f} "
-                   f"conflict {m['sign_conflict']:.2f}")
-        for r, s in list(zip(rs, scores))[:: max(1, len(rs) // max(1, show))][:show]:
-            tqdm.write(f"  [{s['score']:+.2f} tool {s['r_tool']:.2f} sum {s['r_sum']:.2f} {r.stop}] "
-                       f"{r.task.question[:80]!r}\n    -> {r.text[-300:]!r}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The support package: everything the eight top-level modules stand on that is not the method.
 
+    config.py    the run's settings: preset files (configs/*.toml) under the flags, the compact view
     text.py      bounded JSON for untrusted text; lone surrogates made encodable
     chat.py      the one special-token-safe encoder (chat templates, tool blocks)
     lib/data.py      data layouts: the shipped world, the release's verl and Toucan files, SFT chats
@@ -12,6 +13,7 @@
     lib/sampler.py   rollout.py's cache-reusing sampler (--sampler cached): KV caches kept across turns
     lib/parallel.py  torchrun / FSDP2, checkpoints, resume, the run folder
     lib/sft.py       the warm start (supervised fine-tuning on the loss mask)
+    loop.py      the RL loop's plumbing: the plan line, the RL state, the metrics row and log, the guards
     files.py     JSONL result files
     plots.py     training curves (matplotlib, the benchmark extra)
 

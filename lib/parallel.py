@@ -56,7 +56,7 @@ from torch.distributed.checkpoint import CheckpointException, FileSystemReader
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
-RESUME_FREE = {"resume", "overwrite", "show", "device", "out", "report_to"}  # flags a resumed run may change (a run folder may move)
+RESUME_FREE = {"resume", "overwrite", "show", "device", "out", "report_to", "preset"}  # flags a resumed run may change (a run folder may move; the preset is checked by its values)
 
 
 def setup_dist(device=None):
@@ -338,7 +338,7 @@ def stop_if_asked(got, main_rank, out=None, step=None, steps=None, checkpoint=No
 
 def open_run(out, config, resume, overwrite, main_rank):
     """Start the run in `out` (which this process holds: `lock`) or check the one `resume`
-    continues, and print `config` (the run's flags, a dict). A fresh run writes config.json;
+    continues against `config` (the run's flags, a dict). A fresh run writes config.json;
     an earlier run's files need `resume` or `overwrite` (which removes them, not the lock).
     False when the resumed run is finished (final/ exists): nothing to do."""
     final = os.path.join(out, "final")
@@ -367,8 +367,6 @@ def open_run(out, config, resume, overwrite, main_rank):
             with open(os.path.join(out, "config.json"), "w") as f:
                 json.dump(config, f, indent=1)
     barrier()
-    if main_rank:
-        print(json.dumps(config, indent=1))
     return True
 
 

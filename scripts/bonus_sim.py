@@ -45,7 +45,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 from advantage import grpo_advantages, slca_advantages  # noqa: E402
 
-G, PROMPTS, STEPS = 8, 16, 60  # the demo's (train.py's TINY preset)
+G, PROMPTS, STEPS = 8, 16, 60  # the demo's (configs/demo.toml)
 MARKED = 0.5                    # share of RL prompts of a bonus kind: reproduce.py --powered (--bonus: 0.147, measured)
 START_CALL = 0.5                # make_world.BONUS_SHARE: half the teacher's demonstrations make the call
 START_STATE = 0.9               # the teacher always states the values after the call; a little slack

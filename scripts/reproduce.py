@@ -10,7 +10,7 @@
     python scripts/reproduce.py -- --steps 12          # flags after -- go to every train.py run
 
 Per seed, one SFT start: `train.py --steps 0 --eval-data ''` builds the tiny model and runs the
-warm start of the demo preset (train.TINY), saving it in <out>/sft-s<seed>/sft. Every RL run
+warm start of the demo preset (configs/demo.toml), saving it in <out>/sft-s<seed>/sft. Every RL run
 of that seed then starts from that folder: `train.py --model <sft folder> --sft-data ''` with
 every other setting of the demo preset written out as a flag (naming a --model would
 otherwise switch train.py to the paper's preset), so all algorithms get the same steps,
@@ -130,16 +130,10 @@ def run_train(argv, out, jobs=1):
 
 
 def preset_flags(extra):
-    """The demo preset (train.TINY) as explicit flags, then `extra`."""
+    """The demo preset (configs/demo.toml) as explicit flags, then `extra`."""
     import train
-    flags = []
-    for k, v in train.TINY.items():
-        name = "--" + k.replace("_", "-")
-        if k == "grad_ckpt":
-            flags.append(name if v else "--no-grad-ckpt")
-        elif v is not None:
-            flags += [name, str(v)]
-    return flags + extra
+    from lib import config
+    return config.preset_argv(config.read_preset("demo"), train.parser()) + extra
 
 
 def read(path):

@@ -4,6 +4,7 @@ import json
 import random
 import re
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,10 +12,12 @@ import torch
 
 import advantage
 import rewards
-from lib import sft
+from lib import config, sft
 import train
 from lib.data import Task, data_order, load_sft
 from helpers import CALL, tiny_model, tokenizer, write_world
+
+ROOT = Path(__file__).resolve().parent.parent
 
 RELEASE_FILES = {"rl": "data/world/rl.jsonl", "eval": "data/world/eval.jsonl", "sft": "data/world/sft.jsonl"}
 
@@ -22,7 +25,7 @@ RELEASE_FILES = {"rl": "data/world/rl.jsonl", "eval": "data/world/eval.jsonl", "
 @pytest.fixture
 def paper(monkeypatch):
     """get_args under the paper preset, with the release's splits replaced by the shipped world."""
-    monkeypatch.setattr(train, "release_files", lambda: RELEASE_FILES)
+    monkeypatch.setattr(config, "release_files", lambda: RELEASE_FILES)
     return lambda *flags: train.get_args(["--model", "Qwen/Qwen2.5-3B-Instruct", *flags])
 
 
@@ -42,6 +45,27 @@ def test_release_flags_win_over_both_presets(paper):
         assert (a.epochs, a.steps, a.sft_weight_decay, a.schema_check, a.summary_gate, a.keep_failed) == \
             (5, None, 0.1, "full", "release", True)
     assert train.get_args(["--epochs", "2", "--steps", "7"]).steps == 7  # --steps still wins
+
+
+def test_a_preset_is_a_file_chosen_by_name_or_path_and_flags_win(tmp_path):
+    assert (train.get_args([]).preset, train.get_args(["--preset", "paper", "--data", "data/world/rl.jsonl"]).lr) == \
+        ("demo", 1e-6)                                              # by name, without --model
+    mine = tmp_path / "mine.toml"
+    mine.write_text((ROOT / "configs" / "demo.toml").read_text().replace("lr = 1e-4", "lr = 0.5"))
+    a = train.get_args(["--preset", str(mine)])
+    assert (a.lr, a.sft_lr, a.steps) == (0.5, 6e-3, 60)              # the file's, the rest as the demo's
+    assert train.get_args(["--preset", str(mine), "--lr", "0.25"]).lr == 0.25
+
+
+@pytest.mark.parametrize("line,message", [("nope = 1", "'nope' is not a flag a preset sets"),
+                                          ("lr = 'fast'", "--lr: invalid num value: 'fast'"),
+                                          ("", "sets no --lr and none was given")])
+def test_a_bad_preset_file_names_the_setting(tmp_path, capsys, line, message):
+    mine = tmp_path / "mine.toml"
+    mine.write_text((ROOT / "configs" / "demo.toml").read_text().replace("lr = 1e-4", line))
+    with pytest.raises(SystemExit) as e:
+        train.get_args(["--preset", str(mine)])
+    assert e.value.code == 2 and message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,message", [(["--epochs", "0"], "--epochs must be >= 1"),

@@ -1,4 +1,5 @@
 """train.py: flags, SFT masking and loss, chunked log-probs, and one RL step end to end."""
+import hashlib
 import json
 import math
 import os
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 import lib.model
-from lib import logprobs, sft
+from lib import config, logprobs, sft
 import advantage
 import train
 from lib.files import json_safe
@@ -106,7 +107,7 @@ def test_one_rl_step_changes_weights_and_logs_every_field(world):
 def test_bad_flags_name_the_flag(argv, flag, capsys, monkeypatch):
     def offline():
         raise train.DataError("not in the Hugging Face cache; fetch the splits with: hf download ...")
-    monkeypatch.setattr(train, "release_files", offline)
+    monkeypatch.setattr(config, "release_files", offline)
     with pytest.raises(SystemExit) as e:
         train.get_args(argv)
     assert e.value.code == 2 and flag in capsys.readouterr().err
@@ -240,7 +241,7 @@ def test_gpu_probe_says_no_gpu_and_runs_a_cpu_smoke_step(capsys, monkeypatch):
 
 def test_headline_command_uses_the_release_splits(monkeypatch):
     files = {"rl": "data/world/rl.jsonl", "eval": "data/world/eval.jsonl", "sft": "data/world/sft.jsonl"}
-    monkeypatch.setattr(train, "release_files", lambda: files)
+    monkeypatch.setattr(config, "release_files", lambda: files)
     a = train.get_args(["--model", "Qwen/Qwen2.5-3B-Instruct"])
     assert (a.data, a.eval_data, a.sft_data) == (files["rl"], files["eval"], files["sft"])
     assert (a.group_size, a.prompts_per_step, a.loss_agg, a.max_tool_rounds, a.dtype) == \
@@ -338,16 +339,21 @@ def test_rows_the_judge_cannot_rate_are_refused_before_anything(world):
 
 
 def test_a_named_model_says_which_stages_run(world, capsys):
-    """--model with --data alone: no SFT and no eval, said before anything starts; the paper preset's evals
-    take 500 prompts."""
+    """--model with --data alone: the paper preset, said first; no SFT and no eval, said before anything starts;
+    the paper preset's evals take 500 prompts."""
     tmp, rl, _ = world
     tiny_model().save_pretrained(tmp / "m")
     tokenizer().save_pretrained(tmp / "m")
     argv = ["--model", str(tmp / "m"), "--data", rl, "--dtype", "float32", "--no-grad-ckpt", "--steps", "0"]
     assert train.get_args(argv).eval_limit == 500 and train.get_args([]).eval_limit is None
     train.main(argv + ["--out", str(tmp / "r")])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "preset: paper (a named --model; --preset demo for the demo's settings)"
+    shown = out[out.index("config (whole in config.json):"):out.index("plan: ")].splitlines()
+    assert len(shown) < 40 and "run: out=" in out and "You are" not in out  # a screenful; templates by hash
+    assert "sim_template=sha256:" + hashlib.sha256(train.get_args(argv).sim_template.encode()).hexdigest()[:8] in out
     assert "plan: SFT: none (no --sft-data) -> RL: 0 steps of 128 prompts x G = 16 (4 prompts x 1 epochs) -> " \
-           "eval: none (no --eval-data)" in capsys.readouterr().out
+           "eval: none (no --eval-data)" in out
 
 
 def script(text, summary):
