@@ -1,74 +1,23 @@
 """Group-relative advantages: plain GRPO, segment-locked SLCA, and the ToolPO baseline (docs/method.md §3).
 
-GRPO (the matched baseline, "w/o SLCA") normalises one score per rollout within its group
-of G rollouts and gives it to every response token:
+    Â_i = (score_i - mean_g score) / (std_g score + ε)                                      (Eq. 6, GRPO)
+    Â_i^seg = (R_i^seg - mean_{P_seg} R^seg) / (std_{P_seg} R^seg + ε),  i in P_seg           (Eq. 7, SLCA)
+    A_{i,t} = λ_tool·Â_i^tool·tool_mask_{i,t} + λ_sum·Â_i^sum·summary_mask_{i,t}            (Eq. 8)
+    A_{i,t} = A_i^succ + λ_action·A_i^action·M_{i,t}                                        (Eq. 13, ToolPO)
+    A_{i,t} = λ_tool·(Â_i^tool + ω·Â_{i,k(t)})·tool_mask_{i,t} + λ_sum·Â_i^sum·summary_mask_{i,t}   (Eq. 14)
 
-    Â_i = (score_i - mean_g score) / (std_g score + ε)                              (Eq. 6)
+P_seg holds the group's rollouts that have the segment (the presence filter); a rollout outside
+it, or in a group with |P_seg| < 2, gets 0; λ applies after normalisation, so tool-token
+advantages never depend on any R^sum. std is unbiased, ε = 1e-6; statistics are float64 and
+equal rewards give exactly 0 (`stats="release"`: the release's float32). A non-finite present
+reward zeroes its group for that segment. ToolPO's M is SLCA's tool_mask; Eq. 14's per-turn
+credit (`--turn-credit ω`, off by default) normalises turn k over the group's rollouts that
+have a turn k. The rules in full, and where this simplifies the release: docs/method.md §3.
 
-SLCA normalises each segment's reward within its group, over only the rollouts where that
-segment exists (the presence filter), and routes each advantage to its own tokens:
-
-    Â_i^seg = (R_i^seg - mean_{P_seg} R^seg) / (std_{P_seg} R^seg + ε),  i in P_seg   (Eq. 7)
-    A_{i,t} = λ_tool·Â_i^tool·tool_mask_{i,t} + λ_sum·Â_i^sum·summary_mask_{i,t}    (Eq. 8)
-
-std is unbiased (N - 1), ε = 1e-6; a rollout outside P_seg, or in a group where |P_seg| < 2,
-gets 0. λ is applied after normalisation. `norm_by_std=False` subtracts the mean only
-(Dr. GRPO style). So tool-token advantages never depend on any R^sum, and vice versa.
-
-ToolPO (docs/method.md §3.3, the release's `toolpo_grpo` estimator, an additive baseline):
-
-    A_{i,t} = A_i^succ + λ_action·A_i^action·M_{i,t},
-    A^succ = R^succ - mean_g R^succ,   A^action = R^action - mean_{P_tool} R^action  (Eq. 13)
-
-A^succ goes to every response token, A^action also to the tool tokens M. M is the release's
-"process" mask: every run of the response mask but the last, i.e. the same `tool_mask` SLCA
-uses (whole tool-call turns, not only the <tool_call> tags). A^action uses the presence
-filter and the fewer-than-two rule of Eq. 7; A^succ keeps verl's rule for a group with one
-present member (mean 0, std 1: A^succ = R^succ, or R^succ/(1 + ε) with std). Flag: the paper,
-the ToolPO paper and the release's README centre without std (our default), but the
-release's launchers leave verl's `norm_adv_by_std_in_grpo=True`, so its ToolPO runs
-divided both terms by (std + ε); `norm_by_std=True` reproduces that.
-
-Numerics (docs/method.md §3.2). Group statistics are computed in float64 and a group whose present
-rewards are all equal gets exactly 0: in float32 the mean of sixteen 0.9s is off by one ulp
-and (x - mean)/(std + ε) gives each a nonzero advantage (the release: torch's float32 mean
-and std give -0.056 on CPU; a running sum gives +0.106), and float64 alone still
-leaves ~1e-10. Results come back in the input's dtype. `stats="release"` computes them as the
-release does (core_algos.py): in float32, equal rewards not set to 0, and a plain GRPO group
-with one present member gets verl's mean 0, std 1 (the fewer-than-two rule stays for SLCA's
-segments and A^action, as in the release's `_groupwise_normalize_with_present`).
-
-Non-finite rewards. Masking uses torch.where, never a product (NaN·0 = NaN): an absent
-rollout's reward, whatever it holds, never enters a statistic. A NaN or ±inf reward of a
-PRESENT rollout makes that group's statistics undefined, so every member of the group gets
-0 for that segment (no update from it, the others untouched); nothing raises, and the
-caller counts such rewards with `(~r.isfinite() & present).sum()`.
-
-Per-turn credit (`--turn-credit ω`, a project extension, off by default; README Eq. 14): tool
-turn k of rollout i has its own reward R_{i,k} (rewards.turn_rewards: Eq. 2 against gold
-step k), normalised within the group over the rollouts that have a turn k:
-
-    Â_{i,k} = (R_{i,k} - mean_{P_k} R_{·,k}) / (std_{P_k} R_{·,k} + ε),   P_k = {j in g : turn k exists}
-    A_{i,t} = λ_tool·(Â_i^tool + ω·Â_{i,k(t)})·tool_mask_{i,t} + λ_sum·Â_i^sum·summary_mask_{i,t}    (Eq. 14)
-
-Turns are aligned by position (turn k with turn k), the simplest grouping with no state
-matching; GiGPO's anchor-state grouping would instead pool turns that start from the same
-environment state (the same observations so far), which lines up calls that follow the same
-plan even when an earlier turn was split or repeated. ω = 0 is SLCA exactly (`route`).
-
-Simplification: GRPO uses the same fewer-than-two rule (a lone rollout gets 0); verl instead
-gives a group of one mean 0 and std 1 (`stats="release"`). The two agree for every G >= 2.
-
-Per-token advantages of each `--algo` (`token_advantages`, what train.py trains on): slca routes
-Eq. 7's segment advantages by Eq. 8 (Eq. 14 with ω > 0); grpo gives Eq. 6's one advantage to every
-response token; toolpo gives A^succ to every response token and A^action also to the tool tokens
-(Eq. 13). `turn_stats` and `seg_stats` are the training logs' sums over these advantages.
-
-`group_normalize` states Eq. 7 one group at a time; the functions here run its vectorised twin,
-lib/groups.py (integer group ids of any values, any order), which tests/test_advantage.py pins
-to it bit for bit and to a plain-Python reference.
-
-    python -m pytest -q tests/test_advantage.py
+`token_advantages` is what train.py trains on for each `--algo`; `slca_terms` and `log_sums`
+give the training logs' SLCA sums, whatever the algorithm. `group_normalize` states Eq. 7 one
+group at a time; the functions here run its vectorised twin, lib/groups.py, which
+tests/test_advantage.py pins to it bit for bit.
 """
 import torch
 
@@ -206,41 +155,56 @@ def turn_table(turn_r, response_mask):
     return r, present
 
 
-def token_advantages(algo, scores, turn_r, response_mask, tool_mask, summary_mask, keep, group_ids,
-                     lam_tool=1.0, lam_sum=1.0, omega=TURN_CREDIT, norm_by_std=True, toolpo_norm_by_std=False,
-                     stats=STATS[0]):
-    """The per-token advantages A (B, L) that `algo` trains on (one of ALGOS), on the masks' device.
+def slca_terms(scores, turn_r, batch, keep, group_ids, lam_tool=1.0, lam_sum=1.0, norm_by_std=True,
+               stats=STATS[0]):
+    """SLCA's per-rollout terms on the CPU: (adv_tool, adv_sum, adv_turn, tool_present, summary_present).
 
-    scores: per rollout, a dict with r_tool, r_sum, score, r_succ, r_action (rewards.score);
-    turn_r: per rollout, its tool turns' rewards (see turn_table); the masks (B, L) as
+    scores: per rollout, a dict with r_tool, r_sum (rewards.score); turn_r: per rollout, its tool
+    turns' rewards (see turn_table); batch: response_mask, tool_mask, summary_mask (B, L) as
     rollout.collate makes them, 0 on dropped rows; keep (B,) bool, the rollouts that enter the
-    group statistics (the others get 0); group_ids (B,) int. omega is Eq. 14's ω (slca only);
-    toolpo_norm_by_std is Eq. 13's std division (norm_by_std is the others').
-
-    Returns (A, tool_present, summary_present, adv_tool, adv_sum, adv_turn): the presence (B,)
-    bool of each segment, the SLCA advantages (B,) each and Â_{i,k} (B, K), computed for every
-    algorithm, for the logs."""
+    group statistics (the others get 0); group_ids (B,) int. Eq. 7 (B,) each, Eq. 14's Â_{i,k}
+    (B, K), and each segment's presence (B,) bool."""
     col = lambda k: torch.tensor([s[k] for s in scores], dtype=torch.float32)  # noqa: E731  (B,)
-    tp = tool_mask.bool().any(1).cpu() & keep                                           # (B,)
-    sp = summary_mask.bool().any(1).cpu() & keep
+    tp = batch["tool_mask"].bool().any(1).cpu() & keep                                  # (B,)
+    sp = batch["summary_mask"].bool().any(1).cpu() & keep
     adv_tool, adv_sum = slca_advantages(col("r_tool"), col("r_sum"), tp, sp, group_ids, lam_tool=lam_tool,
                                         lam_sum=lam_sum, norm_by_std=norm_by_std, stats=stats)  # (B,) each
-    adv_turn = turn_advantages(*turn_table(turn_r, response_mask.cpu()), group_ids,
+    adv_turn = turn_advantages(*turn_table(turn_r, batch["response_mask"].cpu()), group_ids,
                                norm_by_std=norm_by_std)                                 # (B, K)
+    return adv_tool, adv_sum, adv_turn, tp, sp
+
+
+def token_advantages(algo, scores, turn_r, batch, keep, group_ids, lam_tool=1.0, lam_sum=1.0, omega=TURN_CREDIT,
+                     norm_by_std=True, toolpo_norm_by_std=False, stats=STATS[0]):
+    """The per-token advantages A (B, L) that `algo` trains on (one of ALGOS), on the masks' device.
+
+    Arguments as slca_terms; scores also hold score, r_succ, r_action. omega is Eq. 14's ω (slca
+    only); toolpo_norm_by_std is Eq. 13's std division (norm_by_std is the others')."""
+    tool_mask, summary_mask = batch["tool_mask"], batch["summary_mask"]
     dev = lambda x: x.to(tool_mask.device)  # noqa: E731
-    if algo == "slca":                                                                  # Eqs. 8, 14
-        A = route_turns(dev(adv_tool), dev(adv_sum), dev(adv_turn), run_index(response_mask),
-                        tool_mask, summary_mask, omega, lam_tool)
-    elif algo == "grpo":                                                                # Eq. 6
+    col = lambda k: torch.tensor([s[k] for s in scores], dtype=torch.float32)  # noqa: E731  (B,)
+    if algo == "slca":                                                                  # Eqs. 7-8, 14
+        adv_tool, adv_sum, adv_turn, _, _ = slca_terms(scores, turn_r, batch, keep, group_ids, lam_tool, lam_sum,
+                                                       norm_by_std, stats)
+        return route_turns(dev(adv_tool), dev(adv_sum), dev(adv_turn), run_index(batch["response_mask"]),
+                           tool_mask, summary_mask, omega, lam_tool)
+    if algo == "grpo":                                                                  # Eq. 6
         adv = grpo_advantages(col("score"), group_ids, norm_by_std=norm_by_std, present=keep, stats=stats)  # (B,)
-        A = route(dev(adv), dev(adv), tool_mask, summary_mask)
-    elif algo == "toolpo":                                                              # Eq. 13
+        return route(dev(adv), dev(adv), tool_mask, summary_mask)
+    if algo == "toolpo":                                                                # Eq. 13
+        tp = tool_mask.bool().any(1).cpu() & keep                                       # (B,)
         a_succ, a_action = toolpo_advantages(col("r_succ"), col("r_action"), keep, tp, group_ids,
                                              norm_by_std=toolpo_norm_by_std, stats=stats)
-        A = route(dev(a_succ + a_action), dev(a_succ), tool_mask, summary_mask)
-    else:
-        raise ValueError(f"algo must be one of {ALGOS}, not {algo!r}")
-    return A, tp, sp, adv_tool, adv_sum, adv_turn                                      # (B, L), (B,) ..., (B, K)
+        return route(dev(a_succ + a_action), dev(a_succ), tool_mask, summary_mask)
+    raise ValueError(f"algo must be one of {ALGOS}, not {algo!r}")
+
+
+def log_sums(adv_tool, adv_sum, adv_turn, tool_present, summary_present, group_ids):
+    """The training logs' sums over slca_terms' output (seg_stats of each segment, the rollouts whose
+    two segment advantages have opposite signs, turn_stats)."""
+    return {**seg_stats(adv_tool, tool_present, group_ids, "tool"),
+            **seg_stats(adv_sum, summary_present, group_ids, "sum"),
+            "sign_conflict": float(((adv_tool * adv_sum) < 0).sum()), **turn_stats(adv_turn, adv_tool)}
 
 
 def turn_stats(adv_turn, adv_tool):

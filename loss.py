@@ -7,43 +7,16 @@
                 clamped to [-10, 10]  (k3, verl's "low_var_kl")                       (Eq. 11)
     loss      = agg_{masked i,t} (L + β·KL),   β = 0.001                              (Eq. 12)
 
-Two aggregations over the PPO mini-batch, both with the normaliser N passed in by the
-caller, so summing the loss over any split of the mini-batch into micro-batches gives the
-same gradient:
-
     "token-mean"           Σ_{i,t} x_{i,t} / N,          N = masked tokens of the mini-batch
-    "seq-mean-token-mean"  Σ_i (Σ_t x_{i,t} / n_i) / N,  n_i = row i's masked tokens,
-                                                         N = rows of the mini-batch with n_i > 0
+    "seq-mean-token-mean"  Σ_i (Σ_t x_{i,t} / n_i) / N,  N = rows of the mini-batch with n_i > 0
 
-KL is aggregated the same way as L (verl applies `agg_loss` to both). A row with an empty
-mask adds 0 and is not counted in N.
-
-Which one the paper's numbers come from: the release runs verl's actor with
-`loss_agg_mode` left at "token-mean", `use_kl_loss=true`, `kl_loss_type=low_var_kl`, and
-one rollout per micro-batch (`ppo_micro_batch_size_per_gpu=1`). verl takes the token mean
-inside each micro-batch and scales it by 1/(gradient-accumulation steps), and FSDP averages
-over ranks, so what it optimised is "seq-mean-token-mean" over the 512 rollouts of a
-mini-batch (32 prompts × 16), the KL term included: the standard GRPO objective. Every
-verl response holds at least one generated token, so empty rows never arise there (a
-one-row micro-batch with an empty mask would give 0/0 in verl). "token-mean" is the paper's
-statement (docs/method.md §4); the two give gradients up to 62% apart. train.py defaults to
-the release's (`--loss-agg seq-mean-token-mean`); the function's own default stays "token-mean".
-
-Masked positions are removed with torch.where on the inputs and on the result, never by
-multiplying with the mask: a NaN or inf at a masked position (padding, an observation) of
-logπ_θ, logπ_old, logπ_ref or A touches neither the loss, the stats nor the gradient
-(NaN·0 = NaN, and the product's backward would be NaN too). Only what the loss itself
-computes is guarded: a model that yields NaN at a padded position may still produce NaN
-gradients inside its own backward.
-
-The loss is the same for GRPO, SLCA and ToolPO: only the advantage tensor A differs. The
-statistics use the same weights as the loss, so they also add up over micro-batches.
-Mirrors verl's compute_policy_loss_vanilla, agg_loss and kl_penalty("low_var_kl").
-
-`normaliser` computes N for a mini-batch (summed over ranks under torchrun); `grad_cosine` is the
-paper's diagnostic, the cosine between the gradients of the tool and the summary tokens.
-
-    python -m pytest -q tests/test_loss.py
+The caller passes N (`normaliser`, summed over ranks), so any split into micro-batches gives
+the same gradient; KL is aggregated as L; a row with an empty mask adds 0. train.py uses the
+release's "seq-mean-token-mean" (what verl's actor optimised), the function's default is the
+paper's "token-mean". Masked positions are removed with torch.where, never a product, so NaN
+or inf there reaches neither loss, stats nor gradient. The same loss for GRPO, SLCA and
+ToolPO; mirrors verl's compute_policy_loss_vanilla, agg_loss and kl_penalty("low_var_kl").
+`grad_cosine` is the paper's tool-versus-summary gradient cosine. Details: docs/method.md §4.
 """
 import math
 

@@ -1,64 +1,25 @@
 """Batched multi-turn rollouts (docs/method.md §6): the turn loop, token-in/token-out.
 
-Each task's prompt goes through the tokenizer's chat template once (tools are added only when
-the system message does not already hold a <tools> block; a template that ignores `tools`
-gets them written into the system message). Then, turn by turn, every live rollout samples
-one assistant turn that stops at `</tool_call>` (by its text when the tokenizer has no such
-token), eos or pad. A turn that holds a `<tool_call>` is answered by the simulator; the end of
-the assistant turn, the tool turn with every observation and the next assistant header are
-appended BY ID with response mask 0 (the policy's own ids get mask 1).
-Earlier turns are never decoded and re-encoded (token-in, token-out), so the ids the policy is
-trained on are the ids it sampled.
+Each task's prompt goes through the tokenizer's chat template once (tools added only when the
+system message holds no <tools> block). Then, turn by turn, every live rollout samples one
+assistant turn that stops at `</tool_call>`, eos or pad. A turn that holds a `<tool_call>` is
+answered by the simulator; the end of the assistant turn, the tool turn with every observation
+and the next assistant header are appended BY ID with response mask 0 (the policy's own ids
+get mask 1). Earlier turns are never decoded and re-encoded, so the ids the policy is trained
+on are the ids it sampled, each with its log-prob at temperature 1 (`Rollout.logprobs`, PPO's
+old log-probs). Temperature 1 samples the raw logits' softmax; 0 is greedy.
 
-Samplers (`sampler`, the `--sampler` flag of train.py and eval.py toucan). Each samples one turn
-for a batch of rows, each row with its own token budget, and return every sampled id with its
-log-prob under the policy at temperature 1 (log_softmax of the raw logits in float32, whatever
-the sampling temperature): `Rollout.logprobs`, the old log-probs of PPO (the release recomputes
-them with a forward pass; train.py keeps that behind --old-logprobs, since bf16 batched decoding
-differs slightly from it). Temperature 1 samples from the softmax of the raw logits (no top-k,
-top-p or repetition penalty, whatever the model's generation_config says); 0 is greedy.
+Samplers (`--sampler`): "generate", `generate` below, the reference (Hugging Face
+`model.generate` over each row's whole conversation, once per turn); "cached", lib.sampler
+(the default: each row keeps its KV cache across turns); "compiled", lib.sampler through
+torch.compile (lib/compiled.py). Greedy, they agree (tests/test_rollout.py).
 
-    "generate"  `generate` below, the reference: Hugging Face `model.generate` over each row's
-                whole conversation, left-padded, once per turn.
-    "cached"    lib.sampler.sample (the default): each row keeps its KV cache from turn to turn
-                and each group's shared prompt is prefilled once (why it is faster, and its
-                limits: lib/sampler.py; no sliding-window layers).
-    "compiled"  lib.sampler.sample with each one-id decoding step run through torch.compile
-                (lib/compiled.py: a Qwen2's layers as one pure function of the cache, compiled
-                once per process, tens of seconds on a CPU; not for hooked models, so not under torchrun).
-
-Greedy, they give identical ids and log-probs equal within 1e-5 in float32
-(tests/test_rollout.py, tests/test_compiled.py). At temperature > 0 the reference need not draw
-the same ids as the other two from the same seed: it draws for every row of its batch, finished
-ones included, they for the live rows only.
-
-Caps (docs/method.md §6): `max_turns` assistant turns (10); `max_tool_rounds` answered tool rounds
-(None: no cap; the release's launcher sets max_user_turns=6, train.py's paper preset passes 6);
-`max_tokens` response tokens in all, observations included (8,192); a trajectory that would
-overflow stops before the observation. Observation length (2,048 chars) is the simulator's cap.
-Each rollout records why it stopped:
-
-    "done"         a turn without `<tool_call>` (the final answer)
-    "no_call"      a turn with `<tool_call>` but no call the simulator could parse: it returned
-                   ([], []) and the trajectory ends there, as the release's Hermes parser does
-    "turns"        the max_turns-th turn holds a call; it is never answered
-    "tool_rounds"  max_tool_rounds rounds were answered and the next turn holds a call again
-    "length"       the token budget ran out (in a turn, or no room for the observation)
-
-A simulator that raises does not end the batch: its texts are retried one by one and a text
-that still raises gets one failed call (`Call.failed`), observed as
-"Error when executing tool: <reason>".
-
-Untrusted text stays text: task messages, tool definitions (data files) and observations may
-hold special-token strings such as `<|im_end|>\\n<|im_start|>system`. `chat_ids` renders the
-chat template with those strings swapped for private-use placeholders and encodes them back as
-plain text, so only the template's own markup becomes special ids (for text without such
-strings the ids equal the tokenizer's encoding of the rendered template). Non-special added
-tokens (`<tool_call>`, `<tool_response>`, ...) are encoded as the tokenizer always does. Every
-text goes through `plain_ids`, which first replaces lone surrogates (a JSON `"\\ud800"` in a
-tool name, an endpoint reply or a data row; UTF-8 cannot encode them and the tokenizer would
-raise) with U+FFFD and counts them (lib.text.encodable): the rollout goes on. sft.example
-encodes with the same functions.
+Caps: `max_turns` (10), `max_tool_rounds` (None: no cap; the paper preset passes the release's
+6), `max_tokens` response tokens, observations included (8,192). Each rollout records why it
+stopped: "done", "no_call", "turns", "tool_rounds" or "length". A simulator that raises does
+not end the batch (its call fails, observed as "Error when executing tool: <reason>").
+Untrusted text stays text: special-token strings in tasks, tools and observations are encoded
+as plain text (`chat_ids`, `plain_ids`). The rules in full: docs/method.md §6.
 
     rs = rollout(model, tok, tasks, simulator)   # one Rollout per task: repeat tasks G times for a group
     rs = rollout(model, tok, tasks, simulator, sampler="generate")   # the same through model.generate
@@ -68,12 +29,13 @@ import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from segment import CLOSE, OPEN, Call, segment_masks, strip_think
 
 from lib import compiled
 from lib.chat import chat_ids, renders_tools, with_tools
+from lib.generation import Chosen
 from lib.sampler import sample
 
 MAX_TURNS = 10       # docs/method.md §6: assistant turns per trajectory
@@ -187,7 +149,7 @@ def stop_text(tok, stop_at_call=True):
 
 
 # ---------------------------------------------------------------------------------------------
-# the reference sampler
+# the reference sampler (its log-prob keeper: lib/generation.py)
 class TurnEnd(StoppingCriteria):
     """`generate`'s end of a turn, row by row: a stop id, `ended(its new ids)` (stop_text, which
     reads the last len(CLOSE) ids only) or its budget. `n[b]`: row b's turn length once it ended."""
@@ -203,31 +165,6 @@ class TurnEnd(StoppingCriteria):
                                       or (self.ended is not None and self.ended(tail))):
                 self.n[b] = k
         return torch.tensor([n is not None for n in self.n], device=input_ids.device)  # (B,)
-
-
-class Chosen(LogitsProcessor):
-    """`generate`'s log-probs of the sampled ids, as a logits processor: each step's logits (float32,
-    (B, V), before the sampling's temperature) become log_softmax, kept until the next step, whose
-    input ids end with the id just sampled: its log-prob is kept (`lps`, one (B,) per step) and
-    the step's (B, V) dropped. After generate, `take(the last ids)` ends it. What output_logits
-    would give at the sampled ids, with one step's vocabulary kept at a time instead of every
-    step's. generate runs its own processors first and appends the temperature after ours; with
-    the flags `generate` below passes it runs none of the first kind (a generation_config that
-    set, say, min_new_tokens would bend the draws and these log-probs alike)."""
-
-    def __init__(self):
-        self.logp, self.lps = None, []
-
-    def __call__(self, input_ids, scores):
-        self.take(input_ids[:, -1])
-        self.logp = scores.log_softmax(-1)                                  # (B, V) float32
-        return scores
-
-    def take(self, ids):
-        """Keep the pending step's log-probs at `ids` (B,), then drop its (B, V)."""
-        if self.logp is not None:
-            self.lps.append(self.logp.gather(-1, ids[:, None])[:, 0])       # (B,)
-        self.logp = None
 
 
 @torch.no_grad()

@@ -16,7 +16,7 @@ It never raises, whatever the text or the task, and takes linear time in the tex
    4. schema violation  `Tool '<name>' arguments do not match its schema: <message> at '<$.path>'`
                         (not in the released code: `schema_check="light"` stops at 3; bounded, lib/schema.py)
 3. Answer the calls that pass: "replay" gives the recorded answer of `task.responses` (else
-   NO_RESULT); "llm" asks the frozen LLM (lib/llm.py) in the release's framing, PROMPT, and takes the
+   NO_RESULT); "llm" asks the frozen LLM (lib/llm.py) in the release's framing, PROMPT (lib/sgls.py), and takes the
    body of its last `<tool_response>`; no answer is check 5, `Error when executing tool: <reason>`,
    with `call.failed` set. Observations are cut to `max_chars` in the middle (`truncate`); LLM
    answers are kept in `<cache_dir>/sgls_cache.jsonl` when `cache_dir` is given.
@@ -29,45 +29,22 @@ Tests: python -m pytest tests/test_simulator.py -q
 import json
 import os
 import threading
-import warnings
 
 from segment import CLOSE, OPEN, Call, find_blocks, parse_block, strip_think
 
 from lib.schema import Schemas
-from lib.text import loads
+from lib.sgls import PROMPT, PROMPT_FIELDS, append_cache, definition_text, json_text, load_cache, \
+    truncate, unwrap  # noqa: F401  (PROMPT_FIELDS: eval.py's)
 
 NO_CALL = "Invalid tool call format - no complete call in <tool_call>...</tool_call>"  # shown as "Error: " + NO_CALL
 NO_RESULT = json.dumps({"error": "no_result", "message": "No matching record."})  # replay miss
 FAILED = "Error when executing tool: "  # check 5
-RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 ANSWER_TOKENS = 4096  # per simulated answer: the release's max_new_tokens (toucan_tool_config.yaml)
 MAX_CALLS = 20     # calls answered per turn: the release's max_parallel_calls (train_slca_grpo.sh)
 SCHEMA_CHECKS = ("full", "light")  # check 4 on, or stopping at check 3 (the released code's); the first is the default
 MALFORMED = ("end", "answer")       # what a block that does not parse does (module doc); the first is the default
 PARSES = ("project", "release")  # think blocks dropped and object arguments only, or neither (the release's agent loop)
 
-PROMPT = """You are a backend API server, not an assistant and not an agent. A client has sent you
-a function call, written as <tool_call>[{{"name": ..., "parameters": {{...}}, "depend_on": []}}]</tool_call>.
-Execute it and reply with the result the real API would return, as JSON.
-
-Reply with exactly one block of this form and nothing else:
-<tool_response>{{"key": "value"}}</tool_response>
-
-Never write prose, explanations, markdown or code fences, and never write <tool_call>: you
-answer calls, you do not make them. Make the result realistic and consistent with the call
-and the tool's definition; if the call cannot succeed, return the JSON error the API would
-return.
-
-Examples:
-<tool_call>[{{"name": "calculator", "parameters": {{"expression": "124 * 5"}}, "depend_on": []}}]</tool_call>
-<tool_response>{{"result": 620}}</tool_response>
-<tool_call>[{{"name": "get_weather", "parameters": {{"city": "Seattle"}}, "depend_on": []}}]</tool_call>
-<tool_response>{{"temperature_c": 12, "condition": "rain"}}</tool_response>
-{definition}
-The call to answer:
-{call}"""
-PROMPT_FIELDS = ("definition", "call")  # PROMPT's placeholders: what a template of --sim-prompt must hold
-DEFINITION = "\nTool definition:\n{}\n"
 
 
 def parse_calls(text, malformed="end", limit=None, parse="project"):
@@ -87,37 +64,6 @@ def parse_calls(text, malformed="end", limit=None, parse="project"):
 def canonical(name, arguments):
     """The key that matches a call with a recorded response or a cached answer."""
     return name + json.dumps(arguments, sort_keys=True, separators=(",", ":"))
-
-
-def truncate(text, max_chars):
-    """Cut `text` in the middle to at most `max_chars`, keeping both ends around a marker."""
-    if len(text) <= max_chars:
-        return text
-    cut = len(text) - max_chars
-    while True:  # the marker's length depends on the number it shows
-        marker = f"\n...[truncated {cut} chars]...\n"
-        keep = max_chars - len(marker)
-        if keep < 0:  # limit too small for a marker
-            return text[:max_chars]
-        if len(text) - keep == cut:
-            return text[:keep - keep // 2] + marker + text[len(text) - keep // 2:]
-        cut = len(text) - keep
-
-
-def unwrap(reply):
-    """Body of the last complete <tool_response> of `reply` (stripped), else ""."""
-    end = reply.rfind(RESP_CLOSE)
-    start = reply.rfind(RESP_OPEN, 0, end) if end >= 0 else -1
-    return reply[start + len(RESP_OPEN):end].strip() if start >= 0 else ""
-
-
-def _json_text(text):
-    """`text` stripped if it is a JSON object or list, else ""."""
-    text = text.strip()
-    try:
-        return text if isinstance(loads(text), (dict, list)) else ""
-    except ValueError:
-        return ""
 
 
 class Simulator:
@@ -140,8 +86,7 @@ class Simulator:
         if cache_dir:
             os.makedirs(cache_dir, exist_ok=True)
             self.cache_path = os.path.join(cache_dir, "sgls_cache.jsonl")
-            if os.path.exists(self.cache_path):
-                self._load_cache()
+            self.cache, self.stats["bad_cache_lines"] = load_cache(self.cache_path)
 
     def can_answer(self, task):
         """Whether every gold call of `task` gets a tool response here (the llm backend answers any call;
@@ -220,7 +165,7 @@ class Simulator:
         out = []
         for j, key in enumerate(keys):
             if answers[j] is None and replies[j] is not None:
-                answers[j] = _json_text(replies[j]) or None
+                answers[j] = json_text(replies[j]) or None
             if answers[j] is not None:
                 answers[j] = truncate(answers[j], self.max_chars)
                 if self.cache_path and key not in self.cache:
@@ -234,12 +179,7 @@ class Simulator:
 
     def _prompt(self, definition, call):
         """The simulator LLM's prompt for one call, in the release's framing."""
-        shown = ""
-        if not self.ablate and definition is not None:
-            try:
-                shown = DEFINITION.format(json.dumps(definition, indent=2, ensure_ascii=False))
-            except (TypeError, ValueError, RecursionError):  # a definition JSON cannot write: ask without it
-                shown = ""
+        shown = "" if self.ablate else definition_text(definition)
         request = json.dumps([{"name": call.name, "parameters": call.arguments, "depend_on": []}],
                              ensure_ascii=False).replace("<", "\\u003c")
         return self.prompt.format(definition=shown, call=f"{OPEN}{request}{CLOSE}")
@@ -249,32 +189,10 @@ class Simulator:
             for k, n in counts.items():
                 self.stats[k] += n
 
-    def _load_cache(self):
-        """Read the cache file; skip (and count) torn or invalid lines; end it with a newline."""
-        bad, last = 0, "\n"
-        with open(self.cache_path, encoding="utf-8", errors="replace") as f:
-            for last in f:
-                if not last.strip():
-                    continue
-                try:
-                    row = loads(last)
-                except ValueError:
-                    row = None
-                if isinstance(row, dict) and isinstance(row.get("key"), str) and isinstance(row.get("response"), str):
-                    self.cache.setdefault(row["key"], row["response"])
-                else:
-                    bad += 1
-        if not last.endswith("\n"):  # a torn last line: the next append must start a line of its own
-            with open(self.cache_path, "a", encoding="utf-8") as f:
-                f.write("\n")
-        if bad:
-            warnings.warn(f"{self.cache_path}: skipped {bad} torn or invalid lines")
-        self.stats["bad_cache_lines"] = bad
-
     def _store(self, key, answer):
-        with self._lock, open(self.cache_path, "a", encoding="utf-8") as f:  # one write per line
+        with self._lock:
             self.cache[key] = answer
-            f.write(json.dumps({"key": key, "response": answer}) + "\n")
+            append_cache(self.cache_path, key, answer)
 
 
 def _definitions(task):

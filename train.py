@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 import rewards
 from rewards import score_rollouts
-from advantage import ALGOS, STATS, TURN_CREDIT, seg_stats, token_advantages, turn_stats
+from advantage import ALGOS, STATS, TURN_CREDIT, log_sums, slca_terms, token_advantages
 from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
 from rollout import TEMPERATURE, collate, prompt_ids, rollout
 from simulator import unrecorded
@@ -176,20 +176,20 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
         for k in ("response_mask", "tool_mask", "summary_mask"):
             batch[k] = batch[k] * keep.to(a.device)[:, None]
         gids = torch.tensor(groups)                                                         # (B,)
-        A, tp, sp, adv_tool, adv_sum, adv_turn = token_advantages(
-            a.algo, scores, turn_r, batch["response_mask"], batch["tool_mask"], batch["summary_mask"], keep, gids,
-            a.lam_tool, a.lam_sum, a.turn_credit, a.norm_by_std, a.toolpo_norm_by_std, a.group_stats)  # Eqs. 6-8, 13-14
+        A = token_advantages(a.algo, scores, turn_r, batch, keep, gids, a.lam_tool, a.lam_sum, a.turn_credit,
+                             a.norm_by_std, a.toolpo_norm_by_std, a.group_stats)          # (B, L) Eqs. 6-8, 13-14
+        slca = slca_terms(scores, turn_r, batch, keep, gids, a.lam_tool, a.lam_sum, a.norm_by_std,
+                          a.group_stats)                                                    # for the logs, any --algo
         old, refl = old_and_ref_logprobs(model, ref, batch, a)
     t1 = time.time()
     stats, bad = ppo_update(model, opt, batch, old, refl, A, a, bad)                     # Eqs. 9-12
     t_train = time.time() - t1
-    sums = {**seg_stats(adv_tool, tp, gids, "tool"), **seg_stats(adv_sum, sp, gids, "sum"),              # for the logs
-            "sign_conflict": float(((adv_tool * adv_sum) < 0).sum()), **turn_stats(adv_turn, adv_tool),
+    sums = {**log_sums(*slca, gids),
             "missed": float(sum(unrecorded(r.turns, r.task) for r in rs))}  # in rows that record no response
     m, tot = loop.step_metrics(step, rs, scores, batch, stats, sums, sim_fail, judge_fail, bad, t_roll, t_train,
                                a.ppo_epochs)
     loop.check_failures(tot, a.max_fail_rate, step, a.sim_url or a.sim_model, a.judge_url or a.judge_model)
-    return m, rs, scores, turn_r, (adv_tool, adv_sum), bad
+    return m, rs, scores, turn_r, slca[:2], bad
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,6 +24,20 @@ CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WHY = {"demo": "no --model; --preset paper for the paper's recipe",           # the default's reason, by --model
        "paper": "a named --model; --preset demo for the demo's settings"}
 REPORT_TO = ("none", "tensorboard", "wandb")  # --report-to (lib/files.py Report)
+HIDDEN = {  # accepted but not on --help: set by a preset, restoring the release (docs/deviations.md) or operational;
+    # each listed with its help in docs/training.md "Flags not on --help"
+    "model": "grad_ckpt tiny_size lora_alpha lora_dropout lora_targets merge_lora",
+    "data": "skip_bad_rows",
+    "SFT warm start": "sft_warmup sft_batch sft_max_len sft_tokens sft_turns sft_limit sft_weight_decay",
+    "RL": "micro_batch ppo_epochs weight_decay grad_clip temperature gen_batch old_logprobs",
+    "loss": "clip_eps clip_c",
+    "rewards and advantages": "group_stats toolpo_norm_by_std",
+    "the episode and its scoring": "max_prompt_tokens summary_gate reward_input schema_check malformed sim_parse "
+                                   "json_depth sim_prompt judge_prompt sim_key sim_timeout sim_deadline sim_retries "
+                                   "sim_max_tokens judge_key judge_timeout judge_deadline judge_retries judge_max_tokens",
+    "simulator and judge in training": "keep_failed solved_prompt max_fail_rate step_deadline max_unscored",
+    "run": "keep max_bad_updates show",
+}
 
 
 def num(text):
@@ -40,7 +54,8 @@ def parser(method, episode_flags):
     the module that owns it (`method`: the method modules' defaults and choices, train.METHOD;
     `episode_flags` adds the episode's group, eval.add_episode_flags), or None where a preset file
     sets it. Long because it is the table, one flag a line."""
-    p = argparse.ArgumentParser(description="SLCA-GRPO training", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description="SLCA-GRPO training", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                epilog="More flags, accepted but not shown: docs/training.md, \"Flags not on --help\".")
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None, help="hub name, local folder or .gguf file (dequantized once into "
                                                  "~/.cache/slca-grpo); none = build the tiny demo model")
@@ -161,7 +176,7 @@ def parser(method, episode_flags):
     g.add_argument("--save-every", type=int, default=0, help="checkpoint every N RL steps; 0 = only when stopped by SIGTERM/SIGINT (final/ is always written)")
     g.add_argument("--keep", type=int, default=2, help="checkpoints kept")
     g.add_argument("--max-bad-updates", type=int, default=3, help="non-finite updates in a row before stopping")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="seeds torch and random at start, the RL data order and --judge-noise")
     g.add_argument("--eval-every", type=int, default=None, help="RL steps between evals; 0 = before and after only")
     g.add_argument("--eval-limit", type=int, default=None, help="first N eval prompts")
     g.add_argument("--show", type=int, default=2, help="decoded rollouts printed per step")
@@ -172,6 +187,10 @@ def parser(method, episode_flags):
     g.add_argument("--grad-cosine", action="store_true",
                    help="log the cosine between tool- and summary-segment gradients (2 extra backward passes)")
     preset_help(p)
+    hidden = {dest for dests in HIDDEN.values() for dest in dests.split()}
+    for act in p._actions:
+        if act.dest in hidden:
+            act.help = argparse.SUPPRESS
     return p
 
 

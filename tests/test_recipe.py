@@ -1,5 +1,6 @@
 """The paper preset against the release's recipe, and the flags that turn each deviation back
 to the release: --epochs, --sft-weight-decay, --schema-check, --summary-gate, --keep-failed."""
+import argparse
 import json
 import random
 import re
@@ -55,6 +56,17 @@ def test_a_preset_is_a_file_chosen_by_name_or_path_and_flags_win(tmp_path):
     a = train.get_args(["--preset", str(mine)])
     assert (a.lr, a.sft_lr, a.steps) == (0.5, 6e-3, 60)              # the file's, the rest as the demo's
     assert train.get_args(["--preset", str(mine), "--lr", "0.25"]).lr == 0.25
+
+
+def test_hidden_flags_are_accepted_but_not_on_help():
+    p = train.parser()
+    shown, dests = p.format_help(), {a.dest: a for a in p._actions}
+    for dest in (d for ds in config.HIDDEN.values() for d in ds.split()):
+        assert dest in dests and dests[dest].option_strings[0] not in shown, dest    # a flag, and hidden
+    assert "--algo" in shown and "--sim-url" in shown and "docs/training.md" in shown
+    assert sum(a.help != argparse.SUPPRESS for a in p._actions) < len(p._actions) * 0.6
+    a = train.get_args(["--clip-eps", "0.3", "--group-stats", "release", "--sim-deadline", "5"])
+    assert (a.clip_eps, a.group_stats, a.sim_deadline) == (0.3, "release", 5.0)
 
 
 @pytest.mark.parametrize("line,message", [("nope = 1", "'nope' is not a flag a preset sets"),
@@ -311,10 +323,10 @@ def test_group_stats_release_reaches_the_advantages():
         [dict(r_tool=0.7, r_sum=0.5, score=0.7, r_succ=1.0, r_action=1.0)]
     tool, summary = torch.tensor([[1.0, 1.0, 0.0]] * 17), torch.tensor([[0.0, 0.0, 1.0]] * 17)
     gids, keep = torch.tensor([0] * 16 + [1]), torch.ones(17, dtype=torch.bool)
+    batch = dict(response_mask=tool + summary, tool_mask=tool, summary_mask=summary)
     for algo in ("slca", "grpo"):
-        exact = advantage.token_advantages(algo, scores, [[]] * 17, tool + summary, tool, summary, keep, gids)[0]
-        release = advantage.token_advantages(algo, scores, [[]] * 17, tool + summary, tool, summary, keep, gids,
-                                             stats="release")[0]
+        exact = advantage.token_advantages(algo, scores, [[]] * 17, batch, keep, gids)
+        release = advantage.token_advantages(algo, scores, [[]] * 17, batch, keep, gids, stats="release")
         assert exact.abs().max() == 0 and release[:16].abs().min() > 0.01    # float32 noise on equal rewards
         assert release[16].tolist() == ([0.0] * 3 if algo == "slca" else pytest.approx([0.7 / (1 + 1e-6)] * 3))
 
