@@ -634,7 +634,7 @@ def test_every_reply_parser_is_linear(tmp_path):
         (tmp_path / str(n)).mkdir()
         (tmp_path / str(n) / "sgls_cache.jsonl").write_text("\n".join(replies[n]))
 
-    def ask(n):  # unwrap, then the raw-JSON fallback (_json_text), then truncation
+    def ask(n):  # unwrap, then the raw-JSON fallback (lib/sgls.py json_text), then truncation
         for text in replies[n]:
             [obs] = one(Simulator("llm", Scripted(lambda p: text), retries=0), turn({"name": "now"}))
             assert len(obs) <= 2048
