@@ -30,7 +30,7 @@ import torch
 
 from bench import bfcl, hermes, tau2
 from bench.models import Batched, client_generate, local_generate
-from eval import FMT, bench_parser, flag, llm_client, resume, text_table, who, write_summary
+from lib.evalcli import FMT, bench_parser, flag, llm_client, resume, text_table, who, write_summary
 from lib import llm
 from lib.model import load_policy
 

@@ -89,7 +89,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from eval import resume
+from lib.evalcli import resume
 
 from lib.files import append_jsonl, read_jsonl
 from rewards import predicted_calls

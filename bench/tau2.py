@@ -58,7 +58,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from tqdm import tqdm
 
-from eval import resume
+from lib.evalcli import resume
 
 from lib.files import append_jsonl
 from rewards import predicted_calls
