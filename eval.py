@@ -27,8 +27,7 @@ from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
 from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
 from lib.evalcli import (FMT, aggregate_command, bench_parser, fingerprint, llm_client, resume, run_config,
                          text_table, write_summary)
-from lib.evalcli import aggregate, ident  # noqa: F401 (reached as eval.*)
-from lib.files import append_jsonl, read_jsonl  # noqa: F401 (reached as eval.*)
+from lib.files import append_jsonl
 
 THRESHOLDS = (0.7, 0.8, 0.9, 1.0)  # the release's success@ / tool_success@ levels (rl/slca_grpo/reward_fn.py)
 SUCCESS = 0.9                      # docs/method.md §9: the headline Success@0.9
