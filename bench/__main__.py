@@ -16,7 +16,7 @@ default they are left out. The release's settings are the defaults: BFCL greedy,
 tokens per reply, its 13 categories; τ² agent temperature 0.6, user temperature 0.7, 1,024
 tokens per reply, 5 tasks at once.
 
-Result files are eval.py's (a fingerprint line, then one line per item, resumed by a rerun
+Result files are lib/evalcli.py's (a fingerprint line, then one line per item, resumed by a rerun
 with the same --out; see its docstring); the fingerprint adds the agent, the framing, the
 temperatures and the benchmark package's version. --limit takes the first N items (τ²: N
 tasks per domain, a seeded subsample).
