@@ -118,8 +118,6 @@ def format_table(results):
 
 
 # ---------------------------------------------------------------------------------------------
-# aggregate
-# ---------------------------------------------------------------------------------------------
 # the flags of one episode and its scoring, defined once for train.py and `eval.py toucan`
 def add_episode_flags(g, schema_check=None):
     """Add the flags that decide an episode and its scores (the caps, the sampler, the simulator,
