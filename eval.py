@@ -1,73 +1,19 @@
-"""Evaluation: the in-domain Toucan metrics, plots and run aggregation (docs/method.md §9).
+"""Evaluation: the in-domain Toucan metrics (docs/method.md §9) and the `eval.py` command.
 
     python eval.py toucan --model M --out out/toucan.jsonl            # greedy rollouts, HierR metrics
     python eval.py toucan --model runs/slca-s0/final --out out/t.jsonl   # that run's "after RL" row, its settings
     python eval.py plot   runs/slca-s0 runs/grpo-s0 --out out/plots     # lib/plots.py
     python eval.py aggregate out/s0.summary.json out/s1.summary.json out/s2.summary.json
 
-toucan: greedy rollouts on an eval split (rollout.py), answered by the simulator (SGLS with
---sim-url, or replay offline) and scored by HierR with the judge (--judge-url, or the offline
-facts judge) on the real tool responses (Rollout.responses). It is `evaluate`, the function
-train.py's before/after-RL table calls, with the same caps: --max-turns, --max-tool-rounds
-(6, the release's), --max-tokens, prompts over --max-prompt-tokens dropped (after --limit),
-float32 weights computing in --dtype, the default HierR weights and λs. Given a run's model
-(RUN/final, or RUN/sft for the "before RL" row), the run's config.json supplies every
-setting the two share (--run-config auto): its eval split and limit (--data, --limit), its
---gen-batch (--batch-size), the caps, --sampler, --dtype, --strict-calls, --summary-gate, the
-simulator's flags (--sim-*, --schema-check, --no-sgls, --malformed) and the judge's
-(--judge-*); flags given on the command line win. So, from the folder the run was started in
-(its data paths are relative to it),
-
-    python eval.py toucan --model runs/slca-s0/final --out out/slca-s0.jsonl
-
-prints the run's "after RL" row exactly, for a single-process run with a deterministic
-simulator and judge (replay or a warm --sim-cache; the facts judge or a greedy one): a
-sampled LLM simulator, or a multi-process run (FSDP gathers its weights in --dtype), give
-other numbers. As in train.py, --sim-parse, --sim-prompt, --judge-prompt and --json-depth
-restore the release's parsing and bring its prompt texts. Metrics, overall and per
-parallel_type:
-
-    Name F1          mean of the name part of Eq. 2;   ArgMatch  mean of (key + value) / 2
-    Process          mean S_process (0 on an omission, Eq. 4)
-    success@t        the paper's definition: share with S_process >= t
-    success_code@t   the released code's: share with max(0, score) / (λ_tool + λ_sum) >= t
-    tool_success@t   the released code's: share with Name F1 >= t
-                     (t in 0.7, 0.8, 0.9, 1.0; at 1.0 with the code's 1e-9 tolerance;
-                     `success` and `success_code` are the t = 0.9 columns)
-    Tool turns       mean assistant turns that call a tool;  Format  mean format part
-    judge_failed     share whose judge never answered;  sim_failed  mean calls the simulator
-                     never answered
-    bonus            the diagnostic world's marked prompts (scripts/make_world.py --bonus): the
-                     same table plus `redundant` (share that made the marked call the gold
-                     does not ask for; --wrong's world: the marked call with its wrong
-                     arguments) and `summary` (mean S_sum)
-
-Under the code's definition an irrelevant prompt can never succeed (S_sum = 0 without a tool
-response, docs/method.md §2.2); the paper's definition gives it 0.90 when no call is made.
-
-Result files (toucan here, and bfcl and tau2 of `python -m bench`): JSONL, first a
-fingerprint line {"fingerprint": {...}} (benchmark, model with a digest of its files, data, and every setting that changes the
-numbers), then one line per item, appended as items finish. A rerun with the same --out
-skips the items already there; a rerun whose fingerprint differs (another model, another
-budget, ...) stops with a one-line error instead of mixing results. A line cut by a crash
-does not parse: it is dropped on reading and the item runs again. --limit takes the first N
-items (τ²: N tasks per domain, a seeded subsample). The summary goes to
-<out stem>.summary.json (with the fingerprint) and is printed as a table.
-
-The external benchmarks (BFCL V3, τ²-Bench) have their own command line, `python -m bench`
-(bench/__main__.py), which uses this module's result files and tables.
-
-aggregate: the paper's tables are means ± std over three runs. Given several summary files
-(or their result files), it prints the mean and the sample standard deviation of every
-number they share, and writes them to --out if given.
+`evaluate` is the one Toucan evaluation, train.py's before/after-RL table and `eval.py toucan`
+alike: greedy rollouts (rollout.py) answered by the simulator, scored by HierR (rewards.py) with
+the default weights and λs, under the caps of the episode flags, which are defined here once for
+both commands. `metrics` gives the table of §9, overall and per parallel_type. The result files,
+their fingerprints and resume, a run's config as the defaults, and `aggregate` are
+lib/evalcli.py's; the external benchmarks are `python -m bench` (bench/__main__.py).
 """
 import argparse
-import hashlib
-import json
-import os
-import statistics
 from collections import defaultdict
-from pathlib import Path
 
 from tqdm import tqdm
 
@@ -79,58 +25,14 @@ from lib.parallel import autocast, cast_once
 from rollout import GEN_BATCH, MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, prompt_ids, rollout
 from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
 from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
-from lib.files import append_jsonl, read_jsonl
+from lib.evalcli import (FMT, aggregate_command, bench_parser, fingerprint, llm_client, resume, run_config,
+                         text_table, write_summary)
+from lib.files import append_jsonl
 
 THRESHOLDS = (0.7, 0.8, 0.9, 1.0)  # the release's success@ / tool_success@ levels (rl/slca_grpo/reward_fn.py)
 SUCCESS = 0.9                      # docs/method.md §9: the headline Success@0.9
-MIB = 1 << 20                      # bytes read from each end of a file for its digest
 RUN_FLAGS = {"data": "eval_data", "limit": "eval_limit", "batch_size": "gen_batch"}  # toucan flag -> train.py's name
 NOT_FROM_RUN = ("bench", "model", "out", "device", "run_config")  # toucan flags a run's config never sets
-
-
-def ident(name):
-    """A model or data file as a fingerprint names it: a local file or folder by its absolute
-    path and a digest (name, size, first and last MiB of each file, so a checkpoint retrained
-    in place differs); anything else (a hub name, a URL) as given; None stays None."""
-    if name is None or not Path(name).exists():
-        return name
-    path = Path(name).resolve()
-    h = hashlib.sha256()
-    for f in sorted(p for p in (path.iterdir() if path.is_dir() else [path]) if p.is_file()):
-        size = f.stat().st_size
-        h.update(f"{f.name}:{size}".encode())
-        with open(f, "rb") as fh:
-            h.update(fh.read(MIB))
-            if size > 2 * MIB:
-                fh.seek(-MIB, os.SEEK_END)
-                h.update(fh.read(MIB))
-    return f"{path}@{h.hexdigest()[:16]}"
-
-
-def resume(path, fingerprint=None):
-    """The item rows already in result file `path` ([] for None or a new file), after checking
-    that they were made under `fingerprint` (a JSON-able dict; None means {}).
-
-    A file without item rows (new, empty, or a fingerprint line only) gets the fingerprint
-    line now. A file whose rows were made under another fingerprint, or that has rows but no
-    fingerprint, raises SystemExit with one line naming the first field that differs."""
-    fingerprint = json.loads(json.dumps(fingerprint or {}))  # compare as it reads back
-    if path is None:
-        return []
-    rows = read_jsonl(path)
-    old = rows[0]["fingerprint"] if rows and "fingerprint" in rows[0] else None
-    items = rows[1:] if old is not None else rows
-    if not items:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
-        return []
-    if old is None:
-        raise SystemExit(f"{path} holds results without a fingerprint (an older eval.py): use a new --out")
-    if old != fingerprint:
-        key = next(k for k in sorted(set(old) | set(fingerprint)) if old.get(k) != fingerprint.get(k))
-        raise SystemExit(f"{path} was made with {key}={old.get(key)!r}, not {fingerprint.get(key)!r}: "
-                         f"use a new --out (or delete the file)")
-    return items
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,7 +43,7 @@ def reached(x, t):
 
 
 def metrics(scores):
-    """The metrics of the module docstring, overall ("all") and per parallel_type."""
+    """The metrics of docs/method.md §9, overall ("all") and per parallel_type."""
     def table(rows):
         n = len(rows)
         mean = lambda f: sum(map(f, rows)) / n  # noqa: E731
@@ -210,57 +112,9 @@ THRESHOLD_COLUMNS = [(f"{kind}@{t}", f"{short}@{t}") for kind, short in (("succe
                                                              ("tool_success", "ToolS")) for t in THRESHOLDS]
 
 
-def write_summary(out, fp, summary):
-    """Write <out stem>.summary.json (the summary under its fingerprint), say where; return it."""
-    summary = {"fingerprint": fp, **summary}
-    path = Path(out).with_suffix(".summary.json")
-    path.write_text(json.dumps(summary, indent=1))
-    print("results:", out, "summary:", path)
-    return summary
-
-
-def text_table(rows, columns, width=18):
-    """{label: {key: number}} as a fixed-width table; columns = [(key, header)]; a missing
-    or None value is left blank; the label column fits the longest label."""
-    cell = lambda v: f"{v:>{width}.3f}" if isinstance(v, float) else f"{'' if v is None else v:>{width}}"  # noqa: E731
-    w = max([24] + [len(label) + 2 for label in rows])
-    lines = [f"{'':<{w}}" + "".join(f"{h:>{width}}" for _, h in columns)]
-    lines += [f"{label:<{w}}" + "".join(cell(m.get(k)) for k, _ in columns) for label, m in rows.items()]
-    return "\n".join(lines)
-
-
 def format_table(results):
     """Rows of {label: summary["all"]} as a fixed-width text table."""
     return text_table(results, COLUMNS)
-
-
-# ---------------------------------------------------------------------------------------------
-# aggregate
-def leaves(d, prefix=""):
-    """(dotted key, number) for every int/float in a nested summary, the fingerprint left out."""
-    for k, v in d.items():
-        if k == "fingerprint":
-            continue
-        if isinstance(v, dict):
-            yield from leaves(v, f"{prefix}{k}.")
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            yield prefix + k, v
-
-
-def aggregate(paths):
-    """Mean and sample std of every number that all the summary files share -> {key: {mean, std,
-    n}}, in the first file's order. A path ending in .jsonl stands for its .summary.json.
-    Files of different benchmarks raise SystemExit."""
-    paths = [Path(p).with_suffix(".summary.json") if Path(p).suffix == ".jsonl" else Path(p) for p in paths]
-    summaries = [json.loads(p.read_text()) for p in paths]
-    benches = {s.get("fingerprint", {}).get("bench") for s in summaries}
-    if len(benches) > 1:
-        raise SystemExit(f"these summaries come from different benchmarks: {sorted(map(str, benches))}")
-    values = [dict(leaves(s)) for s in summaries]
-    keys = [k for k in values[0] if all(k in v for v in values)]
-    return {k: {"mean": statistics.fmean(v[k] for v in values),
-                "std": statistics.stdev([v[k] for v in values]) if len(values) > 1 else 0.0,
-                "n": len(values)} for k in keys}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,75 +196,6 @@ def frozen_llms(a):
 
 # ---------------------------------------------------------------------------------------------
 # CLI
-def flag(a, role, field):
-    """--{role}-{field}, else env SLCA_{ROLE}_{FIELD} (as lib.llm.client reads them)."""
-    return getattr(a, f"{role}_{field}", None) or os.environ.get(f"SLCA_{role.upper()}_{field.upper()}")
-
-
-def llm_client(a, role):
-    """The frozen LLM a command's --{role}-* flags name (lib.llm.client; flags the role lacks keep their defaults)."""
-    return llm.client(role, **{f: getattr(a, f"{role}_{f}") for f in llm.CLIENT_FIELDS if hasattr(a, f"{role}_{f}")})
-
-
-def who(a, role):
-    """The model behind a role for the fingerprint: its URL (+ served name), else the
-    in-process model (ident; the agent's --model first), else None."""
-    if flag(a, role, "url"):
-        return f"{flag(a, role, 'url')} {flag(a, role, 'model') or ''}".strip()
-    return ident((a.model if role == "agent" else None) or flag(a, role, "model"))
-
-
-
-
-def fingerprint(a):
-    """Everything that changes toucan's per-item results (see the module docstring). Item
-    selection (--limit) is not in it: rows are keyed by item."""
-    fp = {"bench": a.bench, "dtype": a.dtype, "max_tokens": a.max_tokens}
-    return {**fp, "model": ident(a.model), "data": ident(a.data), "max_turns": a.max_turns,
-            "max_tool_rounds": a.max_tool_rounds, "max_prompt_tokens": a.max_prompt_tokens,
-            "strict_calls": a.strict_calls, "summary_gate": a.summary_gate, "reward_input": a.reward_input,
-            "sampler": a.sampler,
-            "sim": [a.sim_backend or ("llm" if who(a, "sim") else "replay"), who(a, "sim")],
-            "schema_check": a.schema_check, "no_sgls": a.no_sgls, "malformed": a.malformed,
-            "judge": who(a, "judge") or "facts", "sim_parse": a.sim_parse, "json_depth": a.json_depth,
-            "prompts": hashlib.sha256((a.sim_template + a.judge_template).encode()).hexdigest()[:16]}
-
-
-FMT = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}
-
-
-def bench_parser(sub, name, what, batch_size, batch_help, max_tokens, tokens_help):
-    """A subcommand with the flags every benchmark has: its result file, batch, budget, device."""
-    s = sub.add_parser(name, help=what, **FMT)
-    s.add_argument("--out", required=True, help="per-item results, JSONL; an existing file is resumed "
-                                                "if its fingerprint matches")
-    s.add_argument("--batch-size", type=int, default=batch_size, help=batch_help)
-    s.add_argument("--max-tokens", type=int, default=max_tokens, help=tokens_help)
-    s.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    s.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-    return s
-
-
-def run_config(model, path="auto"):
-    """The train.py config (its config.json: every flag's value) that `path` names; {} for "none",
-    and for "auto" unless `model` is a run's final/, final/merged/ (--merge-lora) or sft/ folder (one
-    holding run.json, inside the run folder holding config.json, or one level further in)."""
-    if path == "auto":
-        ups = [os.path.join(model, *[os.pardir] * n, "config.json") for n in (1, 2)]
-        path = next((p for p in ups if os.path.isfile(p)), "")
-        if not (os.path.isfile(os.path.join(model, "run.json")) and path):
-            return {}
-    if path == "none":
-        return {}
-    try:
-        config = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"--run-config {path}: {e}") from None
-    if not isinstance(config, dict):
-        raise SystemExit(f"--run-config {path}: not a train.py config (a JSON object)")
-    return config
-
-
 def get_args(argv=None):
     p = argparse.ArgumentParser(description="Evaluate a policy (docs/method.md §9), plot or aggregate runs",
                                 **FMT)
@@ -456,13 +241,7 @@ def main(argv=None):
             print("wrote", path)
         return None
     if a.bench == "aggregate":
-        table = aggregate(a.summaries)
-        print(text_table({k: {"mean ± std": f"{v['mean']:.4f} ± {v['std']:.4f}", "n": v["n"]}
-                          for k, v in table.items()}, [("mean ± std", "mean ± std"), ("n", "runs")], width=20))
-        if a.out:
-            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(a.out).write_text(json.dumps(table, indent=1))
-        return table
+        return aggregate_command(a.summaries, a.out)
     fp = fingerprint(a)
     resume(a.out, fp)  # a mismatch stops here, before any model loads
     set_json_depth(a.json_depth)

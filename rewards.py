@@ -7,81 +7,26 @@ Each trajectory gets two scores, one per segment (see segment.py):
     score     = λ_tool·S_process + λ_sum·S_sum,  or -0.5 on an omission           (Eq. 4)
     R_tool, R_sum = (0, score) if omission or score < 0 else (S_process, S_sum)   (Eq. 5)
 
-The five parts are the released reward's (rl/slca_grpo/reward_fn.py) on every input it does
-not crash on; tests/test_release_parity.py checks that against tests/release_reward.py, a
-plain statement of the released rules. The process score compares every valid call of the
-whole trajectory, pooled over turns, with the gold calls (no temporal alignment). The
-release's rules, in more detail than docs/method.md §2 gives them:
-
-- think blocks: segment.strip_think, the release's `<think(?:ing)?>.*?</think(?:ing)?>`
-  (`<think>` may close with `</thinking>` and back). A block needs its closing tag: an
-  unclosed `<think>` strips nothing, so a call written after it (or inside it) is scored as a
-  full call (process 1.0 when it matches gold), while a call inside a closed think block is no
-  call (an omission if it was the only one). Kept as the release has it; the rollout and the
-  simulator read calls the same way, so what is scored is what was answered.
-- a predicted call's arguments are `arguments or parameters or {}` (Python `or`); a block
-  `[]` is a valid block with no call (so `<tool_call>[]</tool_call>` scores format 1).
-- gold: a JSON string, a nested list of steps, or one flat step of dicts and bare names. A
-  bare dict is no gold; in nested steps an empty dict is dropped; a gold call's arguments are
-  its `arguments` only (a dict, or a JSON string of one; `parameters` is ignored); a name
-  that is not a string matches nothing.
-- omission: gold has calls and the text (think stripped) holds no `<tool_call>` tag. Every
-  part is then 0 and score = -0.5; the judge is not called. A tag with garbage or `[]` in it
-  is not an omission.
-- no allowed tools (empty or None): every part 0, score 0, no omission.
-- bounds the release lacks (lib.text.loads): a block body or gold string over 1,000,000
-  characters or nested deeper than 64 levels is invalid / no gold; the release parses it
-  (or raises, past ~1,000 levels or on a 4,300-digit integer).
-
-`strict=True` is a project deviation (off by default): a block with no call is invalid, and
-an omission is gold with calls but no valid call, so neither `<tool_call>[]</tool_call>` nor
-garbage between the tags escapes the -0.5 or beats a direct answer on an irrelevant prompt.
-
-The summary score is 0 when the trajectory received no tool response or when the final
-response is shorter than 10 characters; otherwise a judge rates it. Which tool responses
-count is the summary gate (GATES, chosen by the caller): "real" passes only the responses of
-calls that passed the simulator's checks and got an answer, so irrelevant prompts and failed
-calls never earn summary credit; "release" is the released reward's summary rule on the
-decoded trajectory: `release_responses`, the body of every `<tool_response>` block, error
-observations and blocks the policy wrote itself included (its `_extract_tool_responses`),
-and `release_final`, the text after the last tool response, even a turn cut at the cap (its
-`_extract_final_response`; summary_score drops think blocks once more, which changes the
-text only where dropping one block joins the halves of a new one). A judge is any object with
-`rate(question, tool_responses, response, facts) -> int | None`; it gets at most
-MAX_JUDGE_CHARS of each text. A rating that is not 1..5 (None: the judge cannot rate it) scores
-0 and sets `unrated` (`judged` counts the summaries the judge was asked about); a ConnectionError
-(transport failure after retries) scores 0 and sets `judge_failed` so the trainer can drop
-the rollout. `FactsJudge` here is the offline judge, the LLM judge lives in lib/llm.py;
-`summary_judge` builds one or the other.
-
-ToolPO (docs/method.md §3.3, baselines/toolpo/reward_fn_toolpo.py) needs two more rewards, in every
-score dict: r_action = gold calls strictly matched / |gold calls| (greedy one-to-one in gold
-order: same name, every gold key present, every value loose_equal; 1 with no gold) and
-r_succ in {0, 1}. With `succ_judge=True` and a judge that has
-`solved(question, tool_responses, response) -> bool | None`, r_succ is its verdict (0 for a
-final response under 10 characters, None, or a transport failure). Otherwise r_succ comes
-from a rule, the project's since the release does not ship its "reference rule": every gold
-call strictly matched, and no call made when there is no gold. On an omission both are 0.
-
-The training reward of a batch of rollouts is `score_rollouts` (train.py's and eval.py's): `score`
-for each rollout, on threads, with the summary gate and the reward input chosen by the caller.
-
-All process weights 0 is the "w/o HierR" ablation (`--hierr-weights 0 0 0 0 0`). Nothing here loads a model or touches
-disk. No function raises on hostile text, and the time is linear in it (times the number of
-gold calls for the matching): a megabyte scores in well under a second.
+The five parts are the released reward's (rl/slca_grpo/reward_fn.py) on every input it does not
+crash on (tests/test_release_parity.py against tests/release_reward.py); the process score pools
+the valid calls of all turns against the gold calls. `strict` (--strict-calls) is a project
+deviation. S_sum is 0 without a tool response or with a final response under 10 characters; which
+responses count is the summary gate (GATES: "real" ones only, or the release's <tool_response>
+blocks of the decoded trajectory, `release_responses` / `release_final`). ToolPO (§3.3) adds
+r_action and r_succ to every score dict. The judges (the offline FactsJudge, the LLM judge,
+NoisyJudge) are lib/judges.py's. `score_rollouts` is the training reward of a batch (train.py's
+and eval.py's). Nothing raises on hostile text and the time is linear in it; the rules in
+detail: docs/method.md §2 (§2.4 for the code's conventions).
 
     python -m pytest -q tests/test_rewards.py tests/test_release_parity.py
 """
 import json
-import math
-import random
-import re
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from segment import CLOSE, OPEN, drop_blocks, find_blocks, parse_block, strip_think
 from lib.data import normalize_gold
-from lib.llm import JUDGE_PROMPT, SOLVED_PROMPT, LLMJudge
+from lib.judges import FactsJudge, NoisyJudge, summary_judge  # noqa: F401 (reached as rewards.*)
 
 
 WEIGHTS = {"format": 0.10, "name": 0.25, "key": 0.15, "value": 0.20, "parallel": 0.30}  # docs/method.md §2.1
@@ -244,33 +189,6 @@ def _strict_hits(pred, gold_flat):
     return hits
 
 
-def release_responses(text):
-    """The stripped bodies of the `<tool_response>…</tool_response>` blocks of a decoded
-    trajectory, in order, in linear time: what the release's non-greedy regex finds (each
-    block ends at the first closing tag after its opening one)."""
-    out, pos = [], 0
-    while (i := text.find(RESP_OPEN, pos)) >= 0 and (j := text.find(RESP_CLOSE, i + len(RESP_OPEN))) >= 0:
-        out.append(text[i + len(RESP_OPEN):j].strip())
-        pos = j + len(RESP_CLOSE)
-    return out
-
-
-def release_final(text):
-    """The release's final response of a decoded trajectory, in linear time: think blocks
-    dropped, then the text after the last `</tool_response>`; when that is empty, the text
-    after the last `</tool_call>` ("" if it holds a `<tool_response>` or starts with a
-    `<tool_call>`); with neither tag, the text without its `<tool_call>` blocks."""
-    text = strip_think(text)
-    end = text.rfind(RESP_CLOSE)
-    if end >= 0 and (final := text[end + len(RESP_CLOSE):].strip()):
-        return final
-    end = text.rfind(CLOSE)
-    if end >= 0:
-        final = text[end + len(CLOSE):].strip()
-        return "" if RESP_OPEN in final or final.startswith(OPEN) else final
-    return drop_blocks(text).strip()
-
-
 def summary_score(final_response, question, tool_responses, judge, facts=None):
     """S_sum (Eq. 3) with the gating rules of docs/method.md §2.2; None when the judge gave no usable
     rating (score() counts it and scores 0). A ConnectionError from the judge propagates (score() catches it)."""
@@ -301,7 +219,7 @@ def _bounded(texts):
 def score(response_text, final_response, tool_responses, task, judge,
           weights=None, lam_tool=LAM, lam_sum=LAM, strict=False, succ_judge=False):
     """Everything one trajectory gets: the parts, S_sum, score (Eq. 4), R_tool, R_sum (Eq. 5),
-    judge_failed, judged and unrated (module doc), and ToolPO's r_action and r_succ.
+    judge_failed, judged and unrated (docs/method.md §2.4), and ToolPO's r_action and r_succ.
 
     `task` needs .gold, .allowed_tools, .question and .facts (data.Task has them).
     response_text is the policy's own text over all turns; final_response the last turn's
@@ -346,6 +264,33 @@ def _solved(final_response, question, tool_responses, judge, s):
         return 0.0
 
 
+def release_responses(text):
+    """The stripped bodies of the `<tool_response>…</tool_response>` blocks of a decoded
+    trajectory, in order, in linear time: what the release's non-greedy regex finds (each
+    block ends at the first closing tag after its opening one)."""
+    out, pos = [], 0
+    while (i := text.find(RESP_OPEN, pos)) >= 0 and (j := text.find(RESP_CLOSE, i + len(RESP_OPEN))) >= 0:
+        out.append(text[i + len(RESP_OPEN):j].strip())
+        pos = j + len(RESP_CLOSE)
+    return out
+
+
+def release_final(text):
+    """The release's final response of a decoded trajectory, in linear time: think blocks
+    dropped, then the text after the last `</tool_response>`; when that is empty, the text
+    after the last `</tool_call>` ("" if it holds a `<tool_response>` or starts with a
+    `<tool_call>`); with neither tag, the text without its `<tool_call>` blocks."""
+    text = strip_think(text)
+    end = text.rfind(RESP_CLOSE)
+    if end >= 0 and (final := text[end + len(RESP_CLOSE):].strip()):
+        return final
+    end = text.rfind(CLOSE)
+    if end >= 0:
+        final = text[end + len(CLOSE):].strip()
+        return "" if RESP_OPEN in final or final.startswith(OPEN) else final
+    return drop_blocks(text).strip()
+
+
 def score_rollouts(rs, judge, weights=None, lam_tool=LAM, lam_sum=LAM, workers=16, strict=False, succ_judge=False,
                    gate=GATES[0], tok=None, reward_input=INPUTS[0]):
     """The training reward of a batch of rollouts (rollout.Rollout): HierR for each (`score`;
@@ -384,65 +329,3 @@ def score_rollouts(rs, judge, weights=None, lam_tool=LAM, lam_sum=LAM, workers=1
 
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(one, rs))
-
-
-NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def summary_judge(client=None, prompt=JUDGE_PROMPT, solved_prompt=SOLVED_PROMPT):
-    """The summary judge: the LLM judge on `client` (lib/llm.py, rating with the templates `prompt` and
-    `solved_prompt`), else, without a client, the offline FactsJudge."""
-    return LLMJudge(client, prompt=prompt, solved_prompt=solved_prompt) if client is not None else FactsJudge()
-
-
-class FactsJudge:
-    """Offline, deterministic judge: rates by the share of reference facts the response states.
-
-    A fact is stated when its text appears in the response (case and spacing ignored), or,
-    for a numeric fact, when the response holds the same number (within 1e-6, commas ignored).
-    Share s in [0, 1] maps onto the five levels as r = 1 + round_half_up(4·s). A row without facts
-    cannot be rated (None, which scores 0): `can_rate(task)` says so before a run.
-    """
-
-    def can_rate(self, task):
-        return bool(task.facts)
-
-    def rate(self, question, tool_responses, response, facts=None):
-        if not facts:
-            return None
-        text = " ".join(response.lower().split())
-        numbers = [float(n.replace(",", "")) for n in NUMBER_RE.findall(response)]
-        share = sum(_states(text, numbers, f) for f in facts) / len(facts)
-        return 1 + int(4 * share + 0.5)  # round half up onto 1..5
-
-
-def _states(text, numbers, fact):
-    fact = " ".join(str(fact).lower().split())
-    if fact in text:
-        return True
-    try:
-        x = float(fact.replace(",", ""))
-    except ValueError:
-        return False
-    return any(math.isclose(x, n, rel_tol=1e-6, abs_tol=1e-9) for n in numbers)
-
-
-class NoisyJudge:
-    """The judge-noise control (train.py --judge-noise P): with probability `p` the rating of
-    `judge` is replaced by a level drawn uniformly from 1..5 (the judge is then not asked).
-
-    Noise on R_sum is what SLCA is built to contain: under GRPO it reaches the tool tokens
-    through the shared advantage, under SLCA only the summary tokens. The draws are a pure
-    function of (seed, question, tool responses, response), so a run is reproducible even
-    though rewards.score is called from several threads in any order.
-    """
-
-    def __init__(self, judge, p, seed=0):
-        assert 0.0 <= p <= 1.0, "the noise probability must be in [0, 1]"
-        self.judge, self.p, self.seed = judge, p, seed
-
-    def rate(self, question, tool_responses, response, facts=None):
-        r = random.Random(json.dumps([self.seed, question, list(tool_responses), response]))
-        if r.random() < self.p:
-            return r.randint(1, 5)
-        return self.judge.rate(question, tool_responses, response, facts)

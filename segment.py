@@ -12,30 +12,11 @@ so tool_mask + summary_mask == response_mask on every row. Known edge case, kept
 released code has it: a rollout cut off by the turn or length cap ends on a tool-call turn,
 and that last run is counted as the "summary" (its summary reward is then 0, see rewards.py).
 
-Text (docs/method.md §2.1, §5, §6). Policy turns call tools in the Hermes format,
-`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, with the calls of one parallel
-step as a JSON list in one block. The helpers read policy text the way the released reward
-(rl/slca_grpo/reward_fn.py) does, and every one of them is linear in the text and never raises:
-
-- `strip_think` drops `<think>` or `<thinking>` up to the next `</think>` or `</thinking>`
-  (the release pairs the tags freely: `<think>…</thinking>` is a block too); an unclosed
-  opening tag leaves the rest of the text as it is, so a `<tool_call>` after an unclosed
-  `<think>` is a call (answered, and scored in full), as in the release.
-- `find_blocks` gives the body between each `<tool_call>` and the next `</tool_call>`.
-- `parse_block` turns one body into `Call`s: malformed text becomes a `Call` whose `error`
-  says what is wrong, ready to be shown to the policy ("Error: " + error) or counted as an
-  invalid block. JSON goes through `loads`, so deep nesting, huge integers or megabytes of
-  text are an error, not an exception. It is the one tool-call parser: the reward reads
-  blocks with it, and the simulator too (`drop_malformed`, the release's Hermes parser).
-  The nesting bound is lib.text's (process-wide, `set_json_depth`, train.py and eval.py
-  `--json-depth`).
-- `encodable` makes untrusted text safe to hand to a tokenizer. A Python string can hold a
-  lone surrogate (U+D800-U+DFFF: `json.loads('"\\ud800"')` makes one, so a tool call's name,
-  an endpoint's JSON reply or a data row can carry it), which UTF-8, and therefore every HF
-  tokenizer, cannot encode: the tokenizer raises TypeError. Every such code point (they are
-  the only ones UTF-8 cannot encode) becomes U+FFFD, visibly, and is counted process-wide;
-  `take_unencodable` returns the count since its last call (train.py logs it per RL step as
-  `unencodable`). lib.chat.plain_ids, the one way text reaches a tokenizer, calls it.
+Text (docs/method.md §1, "Reading policy text"). Policy turns call tools in the Hermes format,
+`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, with the calls of one parallel step
+as a JSON list in one block. `strip_think`, `find_blocks` and `parse_block` (the one tool-call
+parser, for the reward and the simulator) read policy text as the released reward does, linear
+in the text and never raising; `encodable` makes untrusted text safe for a tokenizer.
 
     python -c "import segment, torch; print(segment.segment_masks(torch.tensor([[0,1,1,0,1]])))"
 """

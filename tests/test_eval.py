@@ -1,4 +1,4 @@
-"""eval.py: toucan metrics, result files (fingerprint, resume), aggregation, the benchmark
+"""eval.py and lib/evalcli.py: toucan metrics, result files (fingerprint, resume), aggregation, the benchmark
 model adapters (bench/models.py, bench/hermes.py), CLI smoke runs of every benchmark on a
 tiny local model, and the plots."""
 import json
@@ -14,6 +14,8 @@ import pytest
 import torch
 
 import eval as E
+from lib import evalcli
+from lib.files import append_jsonl, read_jsonl
 import bench.__main__ as B
 from bench import hermes, models
 from lib.data import Task
@@ -155,39 +157,39 @@ def test_evaluate_caps_tool_rounds_as_train_does():
 def test_results_hold_a_lone_surrogate(tmp_path):
     """A policy's observation can hold a lone surrogate (a JSON "\\ud800"): the result line is
     written (ASCII escapes) and reads back the same, instead of a UnicodeEncodeError."""
-    E.append_jsonl(tmp_path / "r.jsonl", [{"id": 0, "turns": [{"text": "x\ud800y"}]}])
-    assert E.read_jsonl(tmp_path / "r.jsonl") == [{"id": 0, "turns": [{"text": "x\ud800y"}]}]
+    append_jsonl(tmp_path / "r.jsonl", [{"id": 0, "turns": [{"text": "x\ud800y"}]}])
+    assert read_jsonl(tmp_path / "r.jsonl") == [{"id": 0, "turns": [{"text": "x\ud800y"}]}]
 
 
 def test_results_survive_a_line_cut_by_a_crash(tmp_path):
     path = tmp_path / "sub" / "r.jsonl"
-    E.append_jsonl(path, [{"id": 0}, {"id": 1}])
+    append_jsonl(path, [{"id": 0}, {"id": 1}])
     with open(path, "a") as f:
         f.write('{"id": 2, "cut')                      # the process died mid-line
-    assert E.read_jsonl(path) == [{"id": 0}, {"id": 1}]  # item 2 runs again
-    E.append_jsonl(path, [{"id": 2}])
-    assert E.read_jsonl(path) == [{"id": 0}, {"id": 1}, {"id": 2}] and E.read_jsonl(tmp_path / "none") == []
+    assert read_jsonl(path) == [{"id": 0}, {"id": 1}]  # item 2 runs again
+    append_jsonl(path, [{"id": 2}])
+    assert read_jsonl(path) == [{"id": 0}, {"id": 1}, {"id": 2}] and read_jsonl(tmp_path / "none") == []
 
 
 def test_resume_checks_the_fingerprint(tmp_path):
     path = tmp_path / "r.jsonl"
     fp = {"bench": "bfcl", "agent": "a", "temperature": 0.6, "sim": ["replay", None]}
-    assert E.resume(path, fp) == [] and E.read_jsonl(path) == [{"fingerprint": fp}]
-    E.append_jsonl(path, [{"id": 1}])
-    assert E.resume(path, dict(fp)) == [{"id": 1}] and E.resume(None, fp) == []
+    assert evalcli.resume(path, fp) == [] and read_jsonl(path) == [{"fingerprint": fp}]
+    append_jsonl(path, [{"id": 1}])
+    assert evalcli.resume(path, dict(fp)) == [{"id": 1}] and evalcli.resume(None, fp) == []
     with pytest.raises(SystemExit, match=r"made with agent='a', not 'b': use a new --out"):
-        E.resume(path, {**fp, "agent": "b"})
+        evalcli.resume(path, {**fp, "agent": "b"})
     with pytest.raises(SystemExit, match="temperature=0.6, not 0.0"):
-        E.resume(path, {**fp, "temperature": 0.0})
+        evalcli.resume(path, {**fp, "temperature": 0.0})
     with pytest.raises(SystemExit, match="extra=None, not 1"):
-        E.resume(path, {**fp, "extra": 1})
+        evalcli.resume(path, {**fp, "extra": 1})
     old = tmp_path / "old.jsonl"
-    E.append_jsonl(old, [{"id": 1}])                     # written before fingerprints
+    append_jsonl(old, [{"id": 1}])                     # written before fingerprints
     with pytest.raises(SystemExit, match="without a fingerprint"):
-        E.resume(old, fp)
+        evalcli.resume(old, fp)
     only = tmp_path / "only.jsonl"                       # a header and no items: nothing to mix
-    E.resume(only, fp)
-    assert E.resume(only, {"agent": "b"}) == [] and E.read_jsonl(only) == [{"fingerprint": {"agent": "b"}}]
+    evalcli.resume(only, fp)
+    assert evalcli.resume(only, {"agent": "b"}) == [] and read_jsonl(only) == [{"fingerprint": {"agent": "b"}}]
 
 
 def test_ident_tells_checkpoints_apart(tmp_path):
@@ -196,13 +198,13 @@ def test_ident_tells_checkpoints_apart(tmp_path):
         d.mkdir()
         (d / "model.safetensors").write_bytes(b"\0" * (3 << 20))
         (d / "config.json").write_text("{}")
-    assert E.ident(a).startswith(str(a.resolve()) + "@") and E.ident(a).split("@")[1] == E.ident(b).split("@")[1]
-    before = E.ident(a)
+    assert evalcli.ident(a).startswith(str(a.resolve()) + "@") and evalcli.ident(a).split("@")[1] == evalcli.ident(b).split("@")[1]
+    before = evalcli.ident(a)
     with open(a / "model.safetensors", "r+b") as f:      # retrained in place: same size, new tail
         f.seek(-1, 2)
         f.write(b"\1")
-    assert E.ident(a) != before
-    assert E.ident("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct" and E.ident(None) is None
+    assert evalcli.ident(a) != before
+    assert evalcli.ident("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct" and evalcli.ident(None) is None
 
 
 def test_aggregate_mean_and_sample_std(tmp_path, capsys):
@@ -222,7 +224,7 @@ def test_aggregate_mean_and_sample_std(tmp_path, capsys):
     other = tmp_path / "t.summary.json"
     other.write_text(json.dumps({"fingerprint": {"bench": "tau2"}, "overall": 0.3}))
     with pytest.raises(SystemExit, match="different benchmarks"):
-        E.aggregate([paths[1], str(other)])
+        evalcli.aggregate([paths[1], str(other)])
 
 
 # --------------------------------------------------------------------------------------------
