@@ -24,7 +24,8 @@ from lib.model import load_policy
 from lib.parallel import autocast, cast_once
 from rollout import GEN_BATCH, MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, prompt_ids, rollout
 from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
-from simulator import MALFORMED, PARSES, PROMPT, PROMPT_FIELDS, SCHEMA_CHECKS, Simulator
+from simulator import MALFORMED, PARSES, PROMPT, SCHEMA_CHECKS, Simulator
+from lib.sgls import PROMPT_FIELDS
 from lib.evalcli import (FMT, aggregate_command, bench_parser, fingerprint, llm_client, resume, run_config,
                          text_table, write_summary)
 from lib.files import append_jsonl

@@ -33,8 +33,7 @@ import threading
 from segment import CLOSE, OPEN, Call, find_blocks, parse_block, strip_think
 
 from lib.schema import Schemas
-from lib.sgls import PROMPT, PROMPT_FIELDS, append_cache, definition_text, json_text, load_cache, \
-    truncate, unwrap  # noqa: F401  (PROMPT_FIELDS: eval.py's)
+from lib.sgls import PROMPT, append_cache, definition_text, json_text, load_cache, truncate, unwrap
 
 NO_CALL = "Invalid tool call format - no complete call in <tool_call>...</tool_call>"  # shown as "Error: " + NO_CALL
 NO_RESULT = json.dumps({"error": "no_result", "message": "No matching record."})  # replay miss
