@@ -51,9 +51,9 @@ from lib.files import Logs
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.model import load_policy
 from lib.optim import optimizer_step
-from lib.parallel import (all_sum, autocast, barrier, cast_once, check_folder, deterministic, gather, gathered,
-                          lock, open_run, rank_prompts, save_checkpoint, save_final, setup_dist, shard, stop_if_asked,
-                          stop_requests, world, writing)
+from lib.parallel import (all_sum, autocast, barrier, cast_once, check_folder, deterministic, frozen_cast, gather,
+                          gathered, lock, open_run, rank_prompts, save_checkpoint, save_final, setup_dist, shard,
+                          stop_if_asked, stop_requests, world, writing)
 from lib.sft import SFTConfig, warm_start
 from lib.text import set_json_depth, take_unencodable
 from lib.threads import Threads
@@ -342,14 +342,16 @@ def adapter(a, model):
 def rl_models(a, model, base):
     """The RL policy and the reference of Eq. 11 (None when β = 0), `base` being the SFT policy's folder
     (or the model's when there is no SFT). With LoRA: a fresh adapter on the SFT policy, and the same
-    weights with it off (no second copy); else `model` and the SFT policy loaded frozen in the compute dtype."""
+    weights with it off (no second copy); else `model` and the SFT policy loaded frozen, stored the way the
+    policy computes (lib.parallel.frozen_cast: one process's matmul weights in the compute dtype, the rest float32)."""
     if a.lora_r:
         model = adapter(a, model)
         lora.base_folder(model, base, os.path.join(a.out, "final"))
         return model, model if a.kl_beta else None
     if not a.kl_beta:
         return model, None
-    return model, shard(load_policy(base, a.dtype, a.device)[0], a.dtype).eval().requires_grad_(False)
+    ref = load_policy(base, "float32" if world() == 1 else a.dtype, a.device)[0]
+    return model, shard(frozen_cast(ref, a.dtype), a.dtype).eval().requires_grad_(False)
 
 
 def run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step):

@@ -168,21 +168,41 @@ def cast_once(model, dtype):
     autocast leaves them. A tied head is cast, its embedding not. Nested, or in float32: nothing to
     cast. Under FSDP2 nothing is done: `gathered` already holds the weights in the compute dtype
     (shard's MixedPrecisionPolicy gathers them so, once for the context)."""
-    kept, casts = [], {}                                     # (module, name, float32 master); id -> its cast
-    on = dtype != "float32" and world() == 1
-    linear = [m for m in model.modules() if isinstance(m, torch.nn.Linear)] if on else []
+    kept = []                                                # (module, name, float32 master)
     try:  # a failed cast (out of memory) puts back the ones made
-        for m in linear:
-            for k, p in m._parameters.items():
-                if p is not None and p.dtype == torch.float32:
-                    if id(p) not in casts:
-                        casts[id(p)] = torch.nn.Parameter(p.detach().to(getattr(torch, dtype)), requires_grad=False)
-                    kept.append((m, k, p))
-                    m._parameters[k] = casts[id(p)]
+        if dtype != "float32" and world() == 1:
+            _cast_linears(model, dtype, kept)
         yield model
     finally:
         for m, k, p in kept:
             m._parameters[k] = p
+
+
+def _cast_linears(model, dtype, kept, skip=()):
+    """Replace each nn.Linear's float32 weight and bias (but those in `skip`) by its cast to `dtype`, one
+    cast per tensor (a tied weight is cast once), appending (module, name, float32 master) to `kept`."""
+    casts = {}                                               # id of a master -> its cast
+    for m in [m for m in model.modules() if isinstance(m, torch.nn.Linear)]:
+        for k, p in m._parameters.items():
+            if p is not None and p.dtype == torch.float32 and id(p) not in skip:
+                if id(p) not in casts:
+                    casts[id(p)] = torch.nn.Parameter(p.detach().to(getattr(torch, dtype)), requires_grad=False)
+                kept.append((m, k, p))
+                m._parameters[k] = casts[id(p)]
+
+
+def frozen_cast(model, dtype):
+    """A frozen float32 model (the RL reference) stored the way cast_once and autocast compute the
+    policy in one process: each nn.Linear's weight and bias in `dtype`, norms and embeddings float32,
+    a head tied to the embeddings left to autocast's cast at each forward (no second copy). Its
+    log-probs under autocast then equal the policy's bit for bit while the weights are equal (a
+    reference loaded whole in bf16 rounds the norms and embeddings too: KL 6e-4 a token at RL step
+    0 for SmolLM2-135M). In float32, or under FSDP2 (which gathers every parameter in `dtype` for
+    policy and reference alike), `model` as it is."""
+    if dtype != "float32" and world() == 1:
+        embedded = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+        _cast_linears(model, dtype, [], skip=embedded)
+    return model
 
 
 def deterministic(device):

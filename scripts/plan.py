@@ -44,6 +44,8 @@ SHAPES = {  # Qwen2.5 configs: hidden, intermediate, layers, heads, kv heads, ti
 }
 VOCAB = 151_936        # Qwen2.5's padded vocabulary
 STATE_BYTES = 18       # per parameter: float32 weights, gradients, two AdamW moments (16) + bf16 reference (2)
+REF_EMBED_BYTES = 2    # per embedding parameter in one process: the reference keeps its embeddings float32
+                       # (lib.parallel.frozen_cast), 4 B instead of the 2 counted in STATE_BYTES
 BASE_BYTES = 4         # per parameter with LoRA: the frozen float32 base (lib/lora.py)
 ADAPTER_BYTES = 16     # per adapter parameter: float32 weights, gradients, two AdamW moments
 CARDS = (24, 80, 141)  # GB: an RTX 4090 / L4-class card, A100 / H100 80 GB, H200 141 GB (NVIDIA's datasheets)
@@ -123,6 +125,8 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
     read = weights + gen_batch * (prompt + response / 2) * kv                         # bytes per decode step
     sample_s = decode_steps * read / bw
     states = n * BASE_BYTES + adapter_params(cfg, lora_r) * ADAPTER_BYTES if lora_r else n * STATE_BYTES / gpus
+    if not lora_r and gpus == 1:
+        states += REF_EMBED_BYTES * cfg.vocab_size * h
     gathered = weights  # the bf16 policy sampling reads: FSDP2's gathered copy, or one process's cast (`casts`)
     layer_acts = BF16 * (6 * h + 2 * kv_dim + 4 * cfg.intermediate_size)              # one layer, per token
     acts = micro_batch * seq * (layers * BF16 * h + layer_acts) + LOGIT_CHUNK * cfg.vocab_size * 4

@@ -114,6 +114,31 @@ def test_cast_once_puts_the_float32_masters_back():
     assert model.lm_head.weight is model.model.embed_tokens.weight                 # tied again
 
 
+def test_reference_computes_as_the_policy_in_bf16(tmp_path):
+    """The RL reference (lib.parallel.frozen_cast) gives the policy's log-probs bit for bit under
+    autocast, in the update's forward and under cast_once alike, so the KL at RL step 0 is exactly 0;
+    loaded whole in bf16 (the norms and embeddings rounded too), it did not. The tied head stays one
+    float32 tensor, cast by autocast at each forward."""
+    from helpers import tiny_model
+    from lib.logprobs import token_logprobs
+    from lib.model import load_policy
+    from lib.parallel import autocast, cast_once, frozen_cast
+    model = tiny_model()
+    model.save_pretrained(tmp_path)
+    ref = frozen_cast(load_policy(str(tmp_path), "float32")[0], "bfloat16")
+    assert ref.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16 and ref.lm_head.weight.dtype == torch.float32
+    assert ref.model.norm.weight.dtype == torch.float32 and ref.lm_head.weight is ref.model.embed_tokens.weight
+    ids = torch.randint(0, model.config.vocab_size, (2, 12))
+    x = (ids, torch.ones_like(ids), torch.ones_like(ids))
+    with autocast("bfloat16", "cpu"):
+        policy = token_logprobs(model, *x)                      # the update's forward: float32 masters
+        with cast_once(model, "bfloat16"):
+            recomputed = token_logprobs(model, *x)              # the old log-probs: one cast per step
+        frozen, whole = token_logprobs(ref, *x), token_logprobs(load_policy(str(tmp_path), "bfloat16")[0], *x)
+    assert torch.equal(frozen, policy) and torch.equal(frozen, recomputed)
+    assert not torch.equal(whole, policy)
+
+
 def test_plan_counts_the_casts_the_kv_dtype_and_the_frozen_llms():
     """scripts/plan.py's `casts`, `kv_bytes` and `endpoint_s` on a small config, against counts by hand."""
     from transformers import Qwen2Config
