@@ -82,13 +82,23 @@ def evaluate(model, out, data, limit, threads):
     return sorted((r for r in read_jsonl(out) if "id" in r), key=lambda r: r["id"])  # after the fingerprint line
 
 
-def diff(after, before, key):
-    """The paired per-prompt difference after - before of `key` (Success@0.9 as 0/1): mean, SE, t, n."""
-    val = (lambda r: float(reached(r["process"], SUCCESS))) if key == "success" else (lambda r: r[key])
-    d = [val(a) - val(b) for a, b in zip(after, before)]
+def deltas(after, before, key):
+    """Per prompt, after - before of `key` (Success@0.9 as 0 or 1), on the same prompts."""
     assert [a["id"] for a in after] == [b["id"] for b in before], "the same prompts, in the same order"
+    val = (lambda r: float(reached(r["process"], SUCCESS))) if key == "success" else (lambda r: r[key])  # noqa: E731
+    return [val(a) - val(b) for a, b in zip(after, before)]
+
+
+def paired(d):
+    """The paired test of per-prompt differences `d`: mean, standard error, t, n, shown (t > Z95)."""
     mean, se = statistics.fmean(d), statistics.stdev(d) / len(d) ** 0.5
-    return {"mean": mean, "se": se, "t": mean / se if se else 0.0, "n": len(d), "shown": mean > Z95 * se}
+    t = mean / se if se else 0.0
+    return {"mean": mean, "se": se, "t": t, "n": len(d), "shown": t > Z95}
+
+
+def pooled(ds):
+    """Each prompt's difference averaged over the seeds' lists `ds`, then paired()."""
+    return paired([statistics.fmean(x) for x in zip(*ds)])
 
 
 def row(rs):
@@ -98,28 +108,37 @@ def row(rs):
 
 def report(out, before, runs, walls):
     """table.md and table.json (module docstring, step 4); returns the markdown."""
-    res = {"before": row(before), "runs": {}, "slca_minus_grpo": {}}
-    lines = ["| run | " + " | ".join(n for _, n in COLUMNS) + " | ΔSuccess@0.9 ± SE (t) | ΔProcess ± SE (t) | wall |",
-             "|---|" + "---|" * (len(COLUMNS) + 3)]
+    keys = ("success", "process")
+    res = {"before": row(before), "runs": {}, "pooled": {}, "slca_minus_grpo": {}}
     cell = lambda d: f"{d['mean']:+.3f} ± {d['se']:.3f} ({d['t']:+.2f})"  # noqa: E731
-    lines.append("| SFT start | " + " | ".join(f"{res['before'][k]:.3f}" for k, _ in COLUMNS) + " | | | |")
+    lines = ["| run | " + " | ".join(n for _, n in COLUMNS) + " | ΔSuccess@0.9 ± SE (t) | ΔProcess ± SE (t) | wall |",
+             "|---|" + "---|" * (len(COLUMNS) + 3),
+             "| SFT start | " + " | ".join(f"{res['before'][k]:.3f}" for k, _ in COLUMNS) + " | | | |"]
     for name, after in runs.items():
-        res["runs"][name] = {**row(after), "d_success": diff(after, before, "success"),
-                             "d_process": diff(after, before, "process"), "wall_s": walls.get(name)}
-        r = res["runs"][name]
+        r = res["runs"][name] = {**row(after), **{f"d_{k}": paired(deltas(after, before, k)) for k in keys},
+                                 "wall_s": walls.get(name)}
         wall = f"{r['wall_s'] / 60:.0f} min" if r["wall_s"] else ""
         lines.append(f"| {name} | " + " | ".join(f"{r[k]:.3f}" for k, _ in COLUMNS) +
                      f" | {cell(r['d_success'])} | {cell(r['d_process'])} | {wall} |")
-    for name in [n for n in runs if n.startswith("slca-")]:
-        other = "grpo-" + name.split("-", 1)[1]
-        if other in runs:
-            res["slca_minus_grpo"][name] = {k: diff(runs[name], runs[other], k) for k in ("success", "process")}
-    if res["slca_minus_grpo"]:
-        lines += ["", "| seed | SLCA - GRPO Success@0.9 ± SE (t) | SLCA - GRPO Process ± SE (t) |", "|---|---|---|"]
-        lines += [f"| {n.split('-s')[1]} | {cell(d['success'])} | {cell(d['process'])} |"
-                  for n, d in res["slca_minus_grpo"].items()]
-    lines += ["", f"n = {len(before)} held-out prompts, greedy, the same before and after; Δ = after - before per "
-              f"prompt, its mean ± standard error (t = mean / SE; one-sided 0.05: t > {Z95})."]
+    for algo in ("slca", "grpo"):
+        mine = [after for name, after in runs.items() if name.startswith(algo + "-")]
+        if len(mine) > 1:
+            res["pooled"][algo] = {k: pooled([deltas(after, before, k) for after in mine]) for k in keys}
+    seeds = [n.split("-s")[1] for n in runs if n.startswith("slca-") and "grpo-s" + n.split("-s")[1] in runs]
+    for s in seeds:
+        res["slca_minus_grpo"][s] = {k: paired(deltas(runs["slca-s" + s], runs["grpo-s" + s], k)) for k in keys}
+    if len(seeds) > 1:
+        res["slca_minus_grpo"]["pooled"] = {k: pooled([deltas(runs["slca-s" + s], runs["grpo-s" + s], k)
+                                                        for s in seeds]) for k in keys}
+    if res["pooled"] or res["slca_minus_grpo"]:
+        lines += ["", "| pooled over seeds (each prompt's Δ averaged) | ΔSuccess@0.9 ± SE (t) | ΔProcess ± SE (t) |",
+                  "|---|---|---|"]
+        lines += [f"| {algo}: after - before | {cell(d['success'])} | {cell(d['process'])} |"
+                  for algo, d in res["pooled"].items()]
+        lines += [f"| slca - grpo after RL, {'seed ' + s if s != 'pooled' else 'pooled'} | {cell(d['success'])} | "
+                  f"{cell(d['process'])} |" for s, d in res["slca_minus_grpo"].items()]
+    lines += ["", f"n = {len(before)} held-out prompts, greedy, the same before and after; Δ per prompt, its mean ± "
+              f"standard error (t = mean / SE; one-sided 0.05: t > {Z95})."]
     md = "\n".join(lines) + "\n"
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write(md)

@@ -14,8 +14,26 @@ import pytest
 from lib.data import load_tasks
 from lib.files import read_jsonl
 
-pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import smol  # noqa: E402
+
+
+def test_paired_statistics_by_hand():
+    """Per-prompt differences (Success@0.9 = Process >= 0.9), their paired test, and the pooled one
+    (each prompt's difference averaged over the seeds first), against numbers worked by hand."""
+    rows = lambda ps: [{"id": i, "process": p} for i, p in enumerate(ps)]  # noqa: E731
+    before, s0, s1 = rows([0.5, 0.95, 0.2, 0.9]), rows([0.95, 0.95, 0.2, 0.9]), rows([0.95, 0.5, 0.95, 0.9])
+    assert smol.deltas(s0, before, "success") == [1, 0, 0, 0] and smol.deltas(s1, before, "success") == [1, -1, 1, 0]
+    assert smol.paired([1, 0, 0, 0]) == {"mean": 0.25, "se": 0.25, "t": 1.0, "n": 4, "shown": False}
+    p = smol.pooled([[1, 0, 0, 0], [1, -1, 1, 0]])                  # [1, -0.5, 0.5, 0]: sd (1.25 / 3) ** 0.5
+    assert p["mean"] == 0.25 and p["se"] == pytest.approx((1.25 / 3) ** 0.5 / 2) and not p["shown"]
+    assert smol.paired([1] * 30 + [0] * 70)["shown"]                  # 0.3 ± 0.046: t 6.5
+    assert smol.deltas(s0, before, "process") == pytest.approx([0.45, 0, 0, 0])
+    with pytest.raises(AssertionError):
+        smol.deltas(s0[1:], before[:3], "success")                     # other prompts: refused
+
+
 
 
 def weather(tmp_path):
@@ -30,6 +48,8 @@ def weather(tmp_path):
     return str(tmp_path / "rl.jsonl"), str(tmp_path / "sft.jsonl")
 
 
+@pytest.mark.real_model
+@pytest.mark.slow
 def test_smol_toy_run_learns_from_replayed_answers(tmp_path):
     out = tmp_path / "smol"
     rl, sft = weather(tmp_path)
