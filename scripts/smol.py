@@ -108,18 +108,19 @@ def row(rs):
 
 def report(out, before, runs, walls):
     """table.md and table.json (module docstring, step 4); returns the markdown."""
-    keys = ("success", "process")
+    keys = ("success", "process", "score")  # score: S_process + S_sum, the training reward (λs 1)
     res = {"before": row(before), "runs": {}, "pooled": {}, "slca_minus_grpo": {}}
     cell = lambda d: f"{d['mean']:+.3f} ± {d['se']:.3f} ({d['t']:+.2f})"  # noqa: E731
-    lines = ["| run | " + " | ".join(n for _, n in COLUMNS) + " | ΔSuccess@0.9 ± SE (t) | ΔProcess ± SE (t) | wall |",
-             "|---|" + "---|" * (len(COLUMNS) + 3),
-             "| SFT start | " + " | ".join(f"{res['before'][k]:.3f}" for k, _ in COLUMNS) + " | | | |"]
+    head = " | ".join(f"Δ{n} ± SE (t)" for n in ("Success@0.9", "Process", "Score"))
+    lines = ["| run | " + " | ".join(n for _, n in COLUMNS) + f" | {head} | wall |",
+             "|---|" + "---|" * (len(COLUMNS) + 4),
+             "| SFT start | " + " | ".join(f"{res['before'][k]:.3f}" for k, _ in COLUMNS) + " | | | | |"]
     for name, after in runs.items():
         r = res["runs"][name] = {**row(after), **{f"d_{k}": paired(deltas(after, before, k)) for k in keys},
                                  "wall_s": walls.get(name)}
         wall = f"{r['wall_s'] / 60:.0f} min" if r["wall_s"] else ""
-        lines.append(f"| {name} | " + " | ".join(f"{r[k]:.3f}" for k, _ in COLUMNS) +
-                     f" | {cell(r['d_success'])} | {cell(r['d_process'])} | {wall} |")
+        lines.append(f"| {name} | " + " | ".join(f"{r[k]:.3f}" for k, _ in COLUMNS) + " | " +
+                     " | ".join(cell(r[f"d_{k}"]) for k in keys) + f" | {wall} |")
     for algo in ("slca", "grpo"):
         mine = [after for name, after in runs.items() if name.startswith(algo + "-")]
         if len(mine) > 1:
@@ -131,14 +132,13 @@ def report(out, before, runs, walls):
         res["slca_minus_grpo"]["pooled"] = {k: pooled([deltas(runs["slca-s" + s], runs["grpo-s" + s], k)
                                                         for s in seeds]) for k in keys}
     if res["pooled"] or res["slca_minus_grpo"]:
-        lines += ["", "| pooled over seeds (each prompt's Δ averaged) | ΔSuccess@0.9 ± SE (t) | ΔProcess ± SE (t) |",
-                  "|---|---|---|"]
-        lines += [f"| {algo}: after - before | {cell(d['success'])} | {cell(d['process'])} |"
+        lines += ["", f"| pooled over seeds (each prompt's Δ averaged) | {head} |", "|---|---|---|---|"]
+        lines += [f"| {algo}: after - before | " + " | ".join(cell(d[k]) for k in keys) + " |"
                   for algo, d in res["pooled"].items()]
-        lines += [f"| slca - grpo after RL, {'seed ' + s if s != 'pooled' else 'pooled'} | {cell(d['success'])} | "
-                  f"{cell(d['process'])} |" for s, d in res["slca_minus_grpo"].items()]
+        lines += [f"| slca - grpo after RL, {'seed ' + s if s != 'pooled' else 'pooled'} | " +
+                  " | ".join(cell(d[k]) for k in keys) + " |" for s, d in res["slca_minus_grpo"].items()]
     lines += ["", f"n = {len(before)} held-out prompts, greedy, the same before and after; Δ per prompt, its mean ± "
-              f"standard error (t = mean / SE; one-sided 0.05: t > {Z95})."]
+              f"standard error (t = mean / SE; one-sided 0.05: t > {Z95}). Score = S_process + S_sum, what RL maximises."]
     md = "\n".join(lines) + "\n"
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write(md)
@@ -148,16 +148,21 @@ def report(out, before, runs, walls):
 
 
 def plot(out, names):
-    """curves.png: each run's training rollouts' mean score, Process and S_sum per RL step."""
+    """curves.png: each run's training rollouts' mean score, Process and S_sum per RL step (thin) and
+    their running mean over the last 4 steps (thick; 4 prompts a step make one step's mean noisy)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-    for name in names:
+    for i, name in enumerate(names):
         rows = [r for r in read_jsonl(os.path.join(out, name, "metrics.jsonl")) if "step" in r and "score" in r]
+        x = [r["step"] + 1 for r in rows]
         for ax, key in zip(axes, ("score", "process", "summary")):
-            ax.plot([r["step"] + 1 for r in rows], [r[key] for r in rows], label=name,
-                    ls="-" if name.startswith("slca") else "--")
+            y = [r[key] for r in rows]
+            run = [statistics.fmean(y[max(0, j - 3):j + 1]) for j in range(len(y))]
+            ls = "-" if name.startswith("slca") else "--"
+            ax.plot(x, y, lw=0.6, alpha=0.4, color=f"C{i}", ls=ls)
+            ax.plot(x, run, lw=2, color=f"C{i}", ls=ls, label=name)
     for ax, title in zip(axes, ("score (S_process + S_sum)", "Process", "S_sum")):
         ax.set(title=f"training rollouts: {title}", xlabel="RL step")
     axes[0].legend(fontsize=7)
