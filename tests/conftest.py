@@ -30,12 +30,7 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
-LONGEST = ("test_smol.py",)  # 80 s: scheduled first, so the other files fill the other
-# worker meanwhile instead of leaving one worker alone with them at the end (--dist loadfile keeps a file together)
-
-
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name not in LONGEST)  # stable: the rest keep their order
     for item in items:
         if item.path.name in METHOD:
             item.add_marker(pytest.mark.method)
