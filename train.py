@@ -35,7 +35,6 @@ import sys
 import time
 
 import torch
-import torch.distributed as dist
 from tqdm import tqdm
 
 import rewards
@@ -52,8 +51,8 @@ from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.model import load_policy
 from lib.optim import optimizer_step
 from lib.parallel import (all_sum, autocast, barrier, cast_once, check_folder, deterministic, frozen_cast, gather,
-                          gathered, lock, open_run, rank_prompts, save_checkpoint, save_final, setup_dist, shard,
-                          stop_if_asked, stop_requests, world, writing)
+                          gathered, leave_dist, lock, open_run, rank_prompts, save_checkpoint, save_final, setup_dist,
+                          shard, stop_if_asked, stop_requests, world, writing)
 from lib.sft import SFTConfig, warm_start
 from lib.text import set_json_depth, take_unencodable
 from lib.threads import Threads
@@ -224,8 +223,7 @@ def main(argv=None):
         if held:
             held.close()
         torch.use_deterministic_algorithms(was)
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    leave_dist()
 
 
 def run(a, rank, tasks, evals, convs, frozen, got):

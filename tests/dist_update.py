@@ -63,4 +63,4 @@ if __name__ == "__main__":
     out = {case: update(case, rank, world) for case in CASES}
     if rank == 0:
         torch.save(out, sys.argv[1])
-    torch.distributed.destroy_process_group()
+    parallel.leave_dist()
