@@ -4,10 +4,10 @@
 `hf_folder` dequantizes a .gguf file once into a cached Hugging Face folder, so everything
 downstream loads an ordinary folder with `from_pretrained`.
 """
+import fcntl
 import functools
 import logging
 import os
-import shutil
 
 import torch
 
@@ -32,6 +32,15 @@ def hf_folder(name, cache=GGUF_CACHE):
     out = os.path.join(cache, f"{os.path.basename(name)[:-len('.gguf')]}-{st.st_size}-{st.st_mtime_ns}")
     if os.path.isdir(out):
         return out
+    os.makedirs(cache, exist_ok=True)
+    with open(f"{out}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # one conversion: torchrun's other ranks (or tests) wait, then read it
+        if not os.path.isdir(out):
+            convert(name, out)
+    return out
+
+
+def convert(name, out):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     folder, file = os.path.split(os.path.abspath(name))
     log.warning("converting %s to a Hugging Face folder in %s (once)", name, out)
@@ -42,11 +51,7 @@ def hf_folder(name, cache=GGUF_CACHE):
     tmp = f"{out}.tmp{os.getpid()}"
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    try:
-        os.replace(tmp, out)  # a crash leaves no half folder behind
-    except OSError:  # another process converted it first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    os.replace(tmp, out)  # a crash leaves no half folder behind
 
 
 def load_policy(name, dtype="float32", device="cpu", grad_ckpt=False):

@@ -30,7 +30,14 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+# the longest files (seconds at one thread, measured), started first: --dist loadfile keeps a file on one
+# worker, and a long file started last leaves the other worker idle until it ends (test_smol.py did: 65 s)
+LONGEST = {"test_smol.py": 105, "test_distributed.py": 74, "test_resume.py": 49, "test_real_model.py": 44,
+           "test_run_folder.py": 41, "test_reproduce.py": 36}
+
+
 def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: -LONGEST.get(item.path.name, 0))  # stable: the rest keep their order
     for item in items:
         if item.path.name in METHOD:
             item.add_marker(pytest.mark.method)

@@ -14,6 +14,7 @@ import sys
 
 import torch
 
+from lib import parallel
 import train
 
 real_update, real_save = train.ppo_update, train.save_checkpoint
@@ -40,3 +41,4 @@ def save_checkpoint(model, opt, out, config, keep, step, order, rank, *rest):
 train.ppo_update, train.save_checkpoint = ppo_update, save_checkpoint
 if __name__ == "__main__":
     train.main(sys.argv[1:])
+    parallel.end_worker()

@@ -64,3 +64,4 @@ if __name__ == "__main__":
     if rank == 0:
         torch.save(out, sys.argv[1])
     parallel.leave_dist()
+    parallel.end_worker()
