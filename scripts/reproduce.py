@@ -5,6 +5,7 @@
     python scripts/reproduce.py --bonus 0 1            # the diagnostic: SLCA and GRPO on the bonus world at K = 0, 1
     python scripts/reproduce.py --powered              # the pre-registered diagnostic: K = 0, 2, half-marked, 4 seeds
     python scripts/reproduce.py --powered-arg          # its other direction: a wrong argument, K = 0, 1, 4 seeds
+    python scripts/reproduce.py --powered --seeds 1 2 3 --merge PART/powered.json   # a mode in parts: seed 0 before
     python scripts/reproduce.py --turn-credit 0.5      # SLCA, GRPO and SLCA with per-turn credit ω = 0.5; seeds 0 1 2
     python scripts/reproduce.py --size toy             # the same on a toy size, in seconds (tests/test_reproduce.py)
     python scripts/reproduce.py -- --steps 12          # flags after -- go to every train.py run
@@ -267,7 +268,7 @@ def bonus_summary(runs):
         for r in rows:
             if "redundant" in r:
                 by_step.setdefault(r["step"], []).append(r["redundant"])
-        row["train"].append([(s, statistics.fmean(v)) for s, v in sorted(by_step.items())])
+        row["train"].append([[s, statistics.fmean(v)] for s, v in sorted(by_step.items())])  # lists: as JSON reads back
         first, last = thirds(rows) if rows else (set(), set())
         row["first"].append(pooled(rows, first))
         row["last"].append(pooled(rows, last))
@@ -614,6 +615,45 @@ def experiment(a, out):
     return [(name, ALGOS[name]) for name in a.algos], []
 
 
+def parts(files, mode, seeds):
+    """The <stem>.json of earlier parts of this mode (a mode run in parts, e.g. seed 0 in one
+    session and seeds 1-3 in the next: seeds pair only within themselves, so parts combine),
+    refused before anything runs if another mode's or if they hold one of `seeds`."""
+    got = []
+    for path in files:
+        part = json.load(open(path))
+        have = {s for r in part.get("results", {}).values() for s in r["seeds"]}
+        if not part.get(mode):
+            raise SystemExit(f"--merge {path}: not a part of --{mode.replace('_', '-')}")
+        if have & set(seeds) or any(have & {s for p, _ in got for s in p}):
+            raise SystemExit(f"--merge {path}: seeds {sorted(have)} are already in")
+        got.append((have, part))
+    return got
+
+
+def merge(res, got, files):
+    """res with each part's seeds added (their per-seed lists extended); returns a note per part."""
+    notes = []
+    for path, (seeds, part) in zip(files, got):
+        if set(part["results"]) != set(res):
+            raise SystemExit(f"--merge {path}: runs {sorted(part['results'])}, not this mode's")
+        for name, r in part["results"].items():
+            for key, v in r.items():
+                if isinstance(v, dict):
+                    for m, xs in v.items():
+                        res[name][key].setdefault(m, []).extend(xs)
+                else:
+                    res[name][key].extend(v)
+        notes.append(f"seeds {sorted(seeds)} from {path} (wall time {part['wall_s']:.0f}s, commit {part.get('commit')})")
+    return "; ".join(notes)
+
+
+def commit():
+    """The checkout's commit (None outside git), written beside every result."""
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return r.stdout.strip() or None
+
+
 def write_outputs(a, argv, out, res, wall, kept):
     """<out>/<stem>.md and .json, and the figures; returns (stem, the header, the report text, the figures' names)."""
     text = (bonus_table(res, a.bonus) if a.bonus is not None else bonus_table(res, None) if a.powered
@@ -628,7 +668,7 @@ def write_outputs(a, argv, out, res, wall, kept):
         f.write(header + text)
     with open(os.path.join(out, f"{stem}.json"), "w") as f:
         json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "bonus": a.bonus, "powered": a.powered, "powered_arg": a.powered_arg, "turn_credit": a.turn_credit,
-                   "wall_s": wall, "results": res},
+                   "wall_s": wall, "commit": commit(), "results": res},
                   f, indent=1)
     if a.bonus is not None or a.powered or a.powered_arg:
         plot_bonus(res, os.path.join(out, f"{stem}.png"))
@@ -662,6 +702,9 @@ def main(argv=None):
     p.add_argument("--turn-credit", type=float, default=None, metavar="OMEGA",
                    help="per-turn credit: SLCA, GRPO and SLCA with --turn-credit OMEGA instead of --algos (slca "
                         "and grpo reuse the comparison's runs in the same --out)")
+    p.add_argument("--merge", nargs="+", default=[], metavar="JSON",
+                   help="--powered, --powered-arg: report these seeds with those of earlier parts (their "
+                        "powered.json / powered-arg.json; other seeds, the same mode)")
     p.add_argument("--world-scale", type=float, default=1.0, help="--bonus, --powered: the generated world's size (tests: small)")
     p.add_argument("--size", choices=["demo", "toy"], default="demo",
                    help="toy: a few seconds per run (the smoke test)")
@@ -671,7 +714,10 @@ def main(argv=None):
     a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if sum(x not in (None, False) for x in (a.noise, a.bonus, a.turn_credit, a.powered, a.powered_arg)) > 1:
         p.error("--noise, --bonus, --powered, --powered-arg and --turn-credit are separate experiments: give one")
+    if a.merge and not (a.powered or a.powered_arg):
+        p.error("--merge: parts of --powered or --powered-arg only")
     a.seeds = a.seeds or ([0, 1, 2, 3] if a.powered or a.powered_arg else [0, 1, 2])
+    got = parts(a.merge, "powered" if a.powered else "powered_arg", a.seeds)
     out = a.out
     os.makedirs(out, exist_ok=True)
     extra = (TOY if a.size == "toy" else []) + extra
@@ -693,6 +739,8 @@ def main(argv=None):
     res = bonus_summary(runs) if a.bonus is not None or a.powered or a.powered_arg else collect(runs)
     wall = time.time() - t0
     kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""
+    if a.merge:
+        kept += "; merged with " + merge(res, got, a.merge)
     stem, header, text, pngs = write_outputs(a, argv, out, res, wall, kept)
     print("\n" + header + text)
     print(f"wall time {wall:.0f}s{kept}; outputs in {out}/ ({stem}.md, {stem}.json, {pngs})")

@@ -3,6 +3,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from scripts import reproduce
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,6 +111,17 @@ def test_powered_mode_runs_k0_and_k2_on_half_marked_prompts_from_the_bonus_sft_s
                  "Credit gap at the decision token, slca-half-k2", "wall time"):
         assert part in text, part
     assert "wall time" in capsys.readouterr().out and (out / "powered.png").exists()
+    # in parts: seed 1, then seed 0 with --merge (the runs kept from above): the report of one invocation
+    part = lambda seed, *more: reproduce.main(["--size", "toy", "--jobs", "1", "--seeds", str(seed), "--powered",  # noqa: E731
+                                               "--world-scale", "0.05", "--out", str(out), *more])
+    whole = (out / "powered.md").read_text()
+    part(1)
+    (out / "powered.json").rename(tmp_path / "part1.json")
+    assert part(0, "--merge", str(tmp_path / "part1.json")) == res
+    text = (out / "powered.md").read_text()
+    assert "merged with seeds [1] from" in text and text.split("Falsifiers")[1] == whole.split("Falsifiers")[1]
+    with pytest.raises(SystemExit, match="already in"):
+        part(1, "--merge", str(tmp_path / "part1.json"))
 
 
 def test_powered_arg_mode_runs_the_wrong_argument_world_from_its_own_sft_start(tmp_path):
