@@ -373,7 +373,8 @@ def script(text, summary):
 @pytest.mark.parametrize("what,flags,line", [
     ("replay", [], "100% of the answered tool calls were answered 'no matching record' by rows that record no "
                    "tool response (serve a simulator"),
-    ("judge", ["--judge-url", "JUDGE"], "the judge could not rate 100% of the judged summaries (serve a judge")])
+    ("judge", ["--judge-url", "JUDGE", "--judge-retries", "0"],  # each unrated summary asked once: 4 times fewer calls
+     "the judge could not rate 100% of the judged summaries (serve a judge")])
 def test_a_run_that_cannot_earn_a_reward_stops_after_three_steps(what, flags, line, world, monkeypatch):
     """The rows pass the check before training, yet no reward can be earned: (replay) rows that ask for no
     call and record no response and no fact, where the policy calls f anyway, so replay answers every call
