@@ -621,14 +621,18 @@ def parts(files, mode, seeds):
     refused before anything runs if another mode's or if they hold one of `seeds` (mode None: no mode here)."""
     if files and not mode:
         raise SystemExit("--merge: parts of --powered or --powered-arg only")
-    got = []
+    got, seen = [], set(seeds)
     for path in files:
-        part = json.load(open(path))
-        have = {s for r in part.get("results", {}).values() for s in r["seeds"]}
-        if not part.get(mode):
+        try:
+            part = json.load(open(path))
+            have = {s for r in part["results"].values() for s in r["seeds"]} if part.get(mode) else None
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+            raise SystemExit(f"--merge {path}: not a results file ({type(e).__name__}: {e})")
+        if have is None:
             raise SystemExit(f"--merge {path}: not a part of --{mode.replace('_', '-')}")
-        if have & set(seeds) or any(have & {s for p, _ in got for s in p}):
-            raise SystemExit(f"--merge {path}: seeds {sorted(have)} are already in")
+        if have & seen:
+            raise SystemExit(f"--merge {path}: seeds {sorted(have & seen)} are already in")
+        seen |= have
         got.append((have, part))
     return got
 

@@ -122,6 +122,15 @@ def test_powered_mode_runs_k0_and_k2_on_half_marked_prompts_from_the_bonus_sft_s
     assert "merged with seeds [1] from" in text and text.split("Falsifiers")[1] == whole.split("Falsifiers")[1]
     with pytest.raises(SystemExit, match="already in"):
         part(1, "--merge", str(tmp_path / "part1.json"))
+    for bad, why in (("[1]", "not a results file"), ('{"powered": true, "results": 3}', "not a results file"),
+                     ('{"bonus": [0, 1], "results": {}}', "not a part of --powered"), ("{", "not a results file")):
+        (tmp_path / "bad.json").write_text(bad)
+        with pytest.raises(SystemExit, match=why):
+            part(2, "--merge", str(tmp_path / "bad.json"))
+    part(0)
+    (out / "powered.json").rename(tmp_path / "part0.json")  # seed 0 in two parts (seed 0 is falsy: a set test)
+    with pytest.raises(SystemExit, match=r"seeds \[0\] are already in"):
+        part(2, "--merge", str(tmp_path / "part0.json"), str(tmp_path / "part0.json"))
 
 
 def test_powered_arg_mode_runs_the_wrong_argument_world_from_its_own_sft_start(tmp_path):
