@@ -21,7 +21,7 @@ from lib import llm
 import rewards
 from lib.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
 from lib.model import load_policy
-from lib.parallel import autocast, cast_once
+from lib.parallel import autocast, bf16_note, cast_once
 from rollout import GEN_BATCH, MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, prompt_ids, rollout
 from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
 from simulator import MALFORMED, PARSES, PROMPT, SCHEMA_CHECKS, Simulator
@@ -246,6 +246,8 @@ def main(argv=None):
     fp = fingerprint(a)
     resume(a.out, fp)  # a mismatch stops here, before any model loads
     set_json_depth(a.json_depth)
+    if bf16_note(a.dtype, a.device):
+        print(bf16_note(a.dtype, a.device))
     model, tok = load_policy(a.model, "float32", a.device)  # float32 weights computing in --dtype, as train.py
     tasks, dropped = drop_long(load_tasks(a.data)[:a.limit], lambda t: len(prompt_ids(tok, t)), a.max_prompt_tokens)
     if dropped:

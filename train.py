@@ -50,9 +50,9 @@ from lib.files import Logs
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.model import load_policy
 from lib.optim import optimizer_step
-from lib.parallel import (all_sum, autocast, barrier, cast_once, check_folder, deterministic, end_worker,
-                          frozen_cast, gather, gathered, leave_dist, lock, open_run, rank_prompts, save_checkpoint,
-                          save_final, setup_dist, shard, stop_if_asked, stop_requests, world, writing)
+from lib.parallel import (all_sum, autocast, barrier, bf16_note, cast_once, check_folder, deterministic, end_worker,
+                          frozen_cast, gather, gathered, leave_dist, lock, open_run, rank_prompts,
+                          save_checkpoint, save_final, setup_dist, shard, stop_if_asked, stop_requests, world, writing)
 from lib.sft import SFTConfig, warm_start
 from lib.text import set_json_depth, take_unencodable
 from lib.threads import Threads
@@ -201,6 +201,8 @@ def main(argv=None):
     rank, _, a.device = setup_dist(a.device)
     if rank == 0:
         print(config.preset_line(a.preset, a.model))
+        if bf16_note(a.dtype, a.device):
+            print(bf16_note(a.dtype, a.device))
     random.seed(a.seed)
     torch.manual_seed(a.seed)
 

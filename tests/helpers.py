@@ -8,6 +8,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from lib import tiny
+from lib.parallel import native_bf16
 
 CORPUS = ['{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}',
           "The weather in Paris is 21 degrees and sunny. The answer is 42.",
@@ -15,6 +16,9 @@ CORPUS = ['{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}'
           '<tool_response>\n{"temp": 21}\n</tool_response>'] * 20
 
 MB = 1_000_000
+# the faster compute dtype for a real model's tests here: bf16 where the CPU has it (2.2x float32's
+# speed on the AVX512 machine), float32 where torch emulates bf16 (7x slower on an AVX2-only one)
+DTYPE = "bfloat16" if native_bf16() else "float32"
 
 
 def cpu(f, args):

@@ -10,6 +10,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import train
 from helpers import write_world
+import lib.parallel
+from lib.parallel import native_bf16
 
 
 class Casts(TorchDispatchMode):
@@ -168,3 +170,21 @@ def test_one_process_bf16_kv_cache_has_float32_keys():
         (_, _, kv), = sampler.sample(model, [None], [[1, 2, 3]], [2], 0.0, stops=[])
     keys, values = kv[0]
     assert keys.dtype == torch.float32 and values.dtype == torch.bfloat16
+
+
+def test_native_bf16_reads_the_cpu_flags_and_train_py_says_when_it_is_emulated(tmp_path, monkeypatch, capsys):
+    """lib.parallel.native_bf16 from /proc/cpuinfo's flags line; train.py's one-line note (eval.py's the same) under
+    --dtype bfloat16 on a CPU without them (printed before the data is read: a bad row then ends the run)."""
+    info, bad = tmp_path / "cpuinfo", tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    for flags, native in [("fpu avx2 fma", False), ("avx2 avx512f avx512_bf16", True), ("avx2 amx_bf16 amx_tile", True),
+                          ("avx2 avx512_bf16x", False)]:
+        info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+        assert native_bf16("cpu", str(info)) is native, flags
+    assert native_bf16("cpu", str(tmp_path / "none")) and native_bf16("cuda", str(info))  # unknown, a GPU: no note
+    for native, dtype in [(False, "bfloat16"), (True, "bfloat16"), (False, "float32")]:
+        monkeypatch.setattr(lib.parallel, "native_bf16", lambda device, n=native: n)
+        with pytest.raises(SystemExit, match="bad.jsonl"):
+            train.main(["--data", str(bad), "--dtype", dtype, "--out", str(tmp_path / "run")])
+        said = "no native bfloat16" in capsys.readouterr().out
+        assert said is (dtype == "bfloat16" and not native)

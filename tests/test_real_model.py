@@ -22,7 +22,7 @@ import torch
 import lib.model
 from lib import llm
 import train
-from helpers import tiny_model, tokenizer
+from helpers import DTYPE, tiny_model, tokenizer
 from lib.logprobs import token_logprobs
 from lib.sampler import sample
 from rollout import collate, generate, prompt_ids, stop_ids, stop_text, tool_turn_ids
@@ -125,7 +125,7 @@ def test_a_minibatch_of_dropped_rollouts_backpropagates_zero():
 
 @pytest.mark.slow
 def test_smollm2_sft_and_rl_step_with_itself_as_simulator_and_judge(smol, tmp_path, monkeypatch):
-    """train.py's entry in bf16 (the smol preset's; 2.2x float32's speed here): five SFT steps
+    """train.py's entry in helpers.DTYPE (bf16, the smol preset's, where the CPU has it): five SFT steps
     teach the call, one RL step (G = 2) samples it and the in-process SmolLM2 answers it as the
     simulator. Its replies hold no <tool_response> (135M cannot play an API server), so the calls
     fail as error 5 and the rollouts are dropped and counted (--max-fail-rate 1 lets the step
@@ -143,7 +143,7 @@ def test_smollm2_sft_and_rl_step_with_itself_as_simulator_and_judge(smol, tmp_pa
     monkeypatch.setattr(train, "rollout", spy)
     loads = lib.model.frozen.cache_info().misses
     train.main(["--model", GGUF, "--data", RL, "--sft-data", SFT, "--eval-data", "", "--out", str(tmp_path / "run"),
-                "--dtype", "bfloat16", "--no-grad-ckpt", "--sft-epochs", "5", "--sft-batch", "1", "--sft-lr", "2e-4",
+                "--dtype", DTYPE, "--no-grad-ckpt", "--sft-epochs", "5", "--sft-batch", "1", "--sft-lr", "2e-4",
                 "--sft-warmup", "0", "--sft-max-len", "512", "--steps", "1", "--prompts-per-step", "1",
                 "--mini-batch", "1", "--group-size", "2", "--micro-batch", "2", "--max-tokens", "160",
                 "--max-turns", "2", "--old-logprobs", "sample", "--sim-model", GGUF, "--judge-model", GGUF,
