@@ -380,9 +380,9 @@ def bonus_table(res, ks, tag="half"):
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {fmt(r['all'])} | {fmt(r['first'])} -> {fmt(r['last'])} |")
     lines += ["", "Per seed, held-out redundant-call rate before -> after RL; sampled rate pooled, first -> last third:", ""]
     for name, r in res.items():
-        lines.append(f"- {name}: " + ", ".join(f"seed {s}: {b} -> {a} (sampled {f} -> {l})" for s, b, a, f, l in
-                                                zip(r["seeds"], r["before"]["redundant"], r["after"]["redundant"],
-                                                    r["first"], r["last"])))
+        per = zip(r["seeds"], r["before"]["redundant"], r["after"]["redundant"], r["first"], r["last"])
+        lines.append(f"- {name}: " + ", ".join(f"seed {s}: {num(b)} -> {num(a)} (sampled {num(f)} -> {num(l)})"
+                                               for s, b, a, f, l in per))
     checks = falsifiers(res, ks) if ks is not None else powered(res, tag, 2 if tag == "half" else 1)
     return "\n".join(lines + ["", "Falsifiers (README):", ""] + ["- " + x for x in checks]) + "\n"
 
@@ -414,6 +414,11 @@ def mean_std(xs):
     if not xs:
         return None, None
     return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def num(x):
+    """One number to 3 places, "-" for None."""
+    return "-" if x is None else f"{x:.3f}"
 
 
 def fmt(xs, digits=3):
