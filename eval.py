@@ -246,8 +246,8 @@ def main(argv=None):
     fp = fingerprint(a)
     resume(a.out, fp)  # a mismatch stops here, before any model loads
     set_json_depth(a.json_depth)
-    if bf16_note(a.dtype, a.device):
-        print(bf16_note(a.dtype, a.device))
+    if note := bf16_note(a.dtype, a.device):
+        print(note)
     model, tok = load_policy(a.model, "float32", a.device)  # float32 weights computing in --dtype, as train.py
     tasks, dropped = drop_long(load_tasks(a.data)[:a.limit], lambda t: len(prompt_ids(tok, t)), a.max_prompt_tokens)
     if dropped:

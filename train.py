@@ -201,8 +201,8 @@ def main(argv=None):
     rank, _, a.device = setup_dist(a.device)
     if rank == 0:
         print(config.preset_line(a.preset, a.model))
-        if bf16_note(a.dtype, a.device):
-            print(bf16_note(a.dtype, a.device))
+        if note := bf16_note(a.dtype, a.device):
+            print(note)
     random.seed(a.seed)
     torch.manual_seed(a.seed)
 
