@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import eval as E
+import lib.parallel
 from lib import evalcli
 from lib.files import append_jsonl, read_jsonl
 import bench.__main__ as B
@@ -433,6 +434,24 @@ def test_toucan_cli_refuses_another_models_file(tiny_dir, tmp_path):
     with pytest.raises(SystemExit, match="made with model="):
         E.main(argv + ["--model", str(same_path), "--out", str(tmp_path / "same.jsonl")])
     assert len(lines(out)) == 1 + 2                           # nothing was appended
+
+
+def test_toucan_cli_says_when_bf16_is_emulated(tiny_dir, tmp_path, monkeypatch, capsys):
+    """eval.py's one-line note (lib.parallel.bf16_note) under --dtype bfloat16 on a CPU without native bf16,
+    printed before the model loads; none when the CPU has it or the dtype is float32."""
+    class Loading(Exception):
+        pass
+
+    def load(*args, **kwargs):
+        raise Loading
+    monkeypatch.setattr(E, "load_policy", load)
+    for native, dtype in [(False, "bfloat16"), (True, "bfloat16"), (False, "float32")]:
+        monkeypatch.setattr(lib.parallel, "native_bf16", lambda device, n=native: n)
+        with pytest.raises(Loading):
+            E.main(["toucan", "--model", tiny_dir, "--dtype", dtype, "--device", "cpu", "--limit", "1",
+                    "--out", str(tmp_path / f"{dtype}-{native}.jsonl")])
+        said = "no native bfloat16" in capsys.readouterr().out
+        assert said is (dtype == "bfloat16" and not native), (native, dtype)
 
 
 def test_bfcl_cli_writes_jsonl_and_resumes(tiny_dir, tmp_path):
