@@ -507,13 +507,12 @@ def turn_report(res):
                                                          for m in ("Success@0.9", "Process")]
             + ["ToolTurns", "turn conflict"])
     lines += ["", "Per seed, after RL:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    cell = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     for name, r in res.items():
         for i, seed in enumerate(r["seeds"]):
             by_type = [r["types"][t]["after"][k][i] for t, _ in FOCUS for k in ("success", "process")]
             xs = [r["after"]["success"][i], r["after"]["process"][i], *by_type, r["after"]["tool_turns"][i],
                   r["turn_conflict"][i]]
-            lines.append(f"| {name} | {seed} | " + " | ".join(map(cell, xs)) + " |")
+            lines.append(f"| {name} | {seed} | " + " | ".join(map(num, xs)) + " |")
     base = res.get("slca")
     for name in [n for n in res if n.startswith("slca-turn")] if base else []:
         lines += ["", f"{name} against slca, per seed: the difference in held-out Success@0.9 and twice its "
