@@ -43,18 +43,26 @@ def cpu(f, args):
     return min(runs), out
 
 
-def linear(f, make, n=MB // 4):
+def linear(f, make, n=MB // 4, like=None):
     """f(*make(4 * n)), asserting that its CPU time grows linearly: at 4n under 10 times that at
     n (linear code takes about 4 times, up to 7 where the larger input no longer fits the CPU's
     cache; quadratic 16). A ratio of two times on one machine, never an absolute bound: a busy
     machine slows both sizes alike. A ratio over 10 is timed once more before it fails (a burst of
-    load during one size); quadratic code fails both times."""
+    load during one size); quadratic code fails both times.
+
+    `like`, a function of the same arguments known to be linear (a copy of the input), makes the
+    bound relative: f's ratio under 2.5 times like's, timed alongside. For inputs of tens of MB,
+    where the memory system alone can make a copy's ratio 14 (fresh pages from the kernel)."""
     for last in (False, True):
         small, _ = cpu(f, make(n))
         big, out = cpu(f, make(4 * n))
-        if big < 10 * small:
+        bound = 10
+        if like is not None:
+            base_small, base_big = cpu(like, make(n))[0], cpu(like, make(4 * n))[0]
+            bound = 2.5 * base_big / base_small
+        if big < bound * small:
             return out
-        assert not last, f"{getattr(f, '__name__', f)}: {big:.4f} s at 4n, {small:.4f} s at n"
+        assert not last, f"{getattr(f, '__name__', f)}: {big:.4f} s at 4n, {small:.4f} s at n (bound {bound:.1f}x)"
 
 
 @functools.lru_cache(maxsize=None)

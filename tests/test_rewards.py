@@ -364,10 +364,10 @@ def test_megabyte_trajectories_score_in_linear_time():
                     lambda n: ("<tool_call>" + "9" * 5000 + "</tool_call>") * (n // 5023)]:
         out = linear(score, lambda n: [hostile(n), hostile(n), [hostile(n)], task(gold, facts=["1"]), FactsJudge()])
         assert -0.5 <= out["score"] <= 2.0
-    # 40 and 160 MB: both past L3 and past glibc's largest dynamic mmap threshold (32 MiB), so both
-    # sizes are fresh pages from the kernel. At 32 and 128 MB a CI machine measured 11.7x: the smaller
-    # came from reused heap, the larger page-faulted (8 and 32 MB: 12x under load, the cache).
-    assert linear(loose_equal, lambda n: ["a" * n, "a" * n + " "], n=40 * MB) is True
+    # 40 and 160 MB, relative to copying the strings: a CI machine measured 14x for 40 to 160 MB
+    # (fresh pages from the kernel), 11.7x for 32 to 128 MB, 12x for 8 to 32 MB under load.
+    copy = lambda x, y: (x.lower(), y.lower())  # noqa: E731
+    assert linear(loose_equal, lambda n: ["a" * n, "a" * n + " "], n=40 * MB, like=copy) is True
     assert linear(loose_equal, lambda n: [10 ** (n // 10), 10 ** (n // 10)]) is False  # cannot be printed: not equal
 
 
