@@ -352,7 +352,9 @@ def powered(res, tag="half", k=2):
         lines.append("(a) grpo: " + ("misattribution shown (t at or above the critical value)" if g["shown"]
                                      else f"{fail}: t under the critical value"))
         lines.append("(b) slca against grpo: " + (f"{fail}: SLCA's effect at or above GRPO's" if sl["mean"] >= g["mean"]
-                                                  else "protection: SLCA's effect below GRPO's"))
+                                                  else "protection: SLCA's effect below GRPO's" if g["shown"]
+                                                  else "does not fire (SLCA's effect below GRPO's), but no protection is "
+                                                       "shown: there is no misattribution to protect from (a)"))
         dd = paired(*([x - y for x, y in zip(hi(a)["last"], lo(a)["last"])] for a in ("grpo", "slca")))
         if dd:
             lines.append(f"Secondary: grpo's effect - slca's, paired: {says(dd)}")
@@ -370,15 +372,16 @@ def powered(res, tag="half", k=2):
 def bonus_table(res, ks, tag="half"):
     """The marked prompts' table, per seed, and the checks: --bonus's falsifiers (ks), or those of
     --powered (ks None, tag "half") or --powered-arg (tag "wrong")."""
-    head = ("| run | " + " | ".join(f"{t} before -> after" if k == "redundant" else t for k, t in BONUS_METRICS)
-            + " | Success@0.9 (all) | sampled redundant (pooled), first -> last third of steps |")
+    call = "wrong-argument call" if tag == "wrong" else "redundant call"  # the marked call: "redundant" in the logs
+    head = ("| run | " + " | ".join(f"{call} before -> after" if k == "redundant" else t for k, t in BONUS_METRICS)
+            + f" | Success@0.9 (all) | sampled {call} (pooled), first -> last third of steps |")
     lines = ["Marked eval prompts (the bonus kinds), greedy; mean ± std over seeds.", "", head,
              "|" + "---|" * (len(BONUS_METRICS) + 3)]
     for name, r in res.items():
         cells = [f"{fmt(r['before']['redundant'])} -> {fmt(r['after']['redundant'])}"]
         cells += [fmt(r["after"][k]) for k, _ in BONUS_METRICS[1:]]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {fmt(r['all'])} | {fmt(r['first'])} -> {fmt(r['last'])} |")
-    lines += ["", "Per seed, held-out redundant-call rate before -> after RL; sampled rate pooled, first -> last third:", ""]
+    lines += ["", f"Per seed, held-out {call} rate before -> after RL; sampled rate pooled, first -> last third:", ""]
     for name, r in res.items():
         per = zip(r["seeds"], r["before"]["redundant"], r["after"]["redundant"], r["first"], r["last"])
         lines.append(f"- {name}: " + ", ".join(f"seed {s}: {num(b)} -> {num(a)} (sampled {num(f)} -> {num(l)})"
@@ -387,7 +390,7 @@ def bonus_table(res, ks, tag="half"):
     return "\n".join(lines + ["", "Falsifiers (README):", ""] + ["- " + x for x in checks]) + "\n"
 
 
-def plot_bonus(res, path):
+def plot_bonus(res, path, call="redundant call"):
     if (made := figure(path, 1, 7)) is None:
         return
     fig, axes = made
@@ -404,7 +407,7 @@ def plot_bonus(res, path):
                 linestyle="-" if name.startswith("grpo") else "--")
         ax.fill_between([s for s, _ in keep], [min(v) for _, v in keep], [max(v) for _, v in keep], color=f"C{i}",
                         alpha=0.12)
-    ax.set(title=f"Training rollouts on marked prompts: redundant-call rate, {SMOOTH}-step mean", xlabel="RL step",
+    ax.set(title=f"Training rollouts on marked prompts: {call} rate, {SMOOTH}-step mean", xlabel="RL step",
            ylim=(-0.02, 1.02))
     save(fig, [ax], path)
 
@@ -642,7 +645,8 @@ def parts(files, mode, seeds):
 
 
 def merge(res, got, files):
-    """res with each part's seeds added (their per-seed lists extended); returns a note per part."""
+    """res with each part's seeds added (every per-seed list extended, then put in seed order);
+    returns a note per part."""
     notes = []
     for path, (seeds, part) in zip(files, got):
         if set(part["results"]) != set(res):
@@ -655,6 +659,13 @@ def merge(res, got, files):
                 else:
                     res[name][key].extend(v)
         notes.append(f"seeds {sorted(seeds)} from {path} (wall time {part['wall_s']:.0f}s, commit {part.get('commit')})")
+    for r in res.values():  # in seed order, whichever part ran first
+        order = sorted(range(len(r["seeds"])), key=r["seeds"].__getitem__)
+        for key, v in r.items():
+            if isinstance(v, dict):
+                r[key] = {m: [xs[i] for i in order] for m, xs in v.items()}
+            else:
+                r[key] = [v[i] for i in order]
     return "; ".join(notes)
 
 
@@ -681,7 +692,7 @@ def write_outputs(a, argv, out, res, wall, kept):
                    "wall_s": wall, "commit": commit(), "results": res},
                   f, indent=1)
     if a.bonus is not None or a.powered or a.powered_arg:
-        plot_bonus(res, os.path.join(out, f"{stem}.png"))
+        plot_bonus(res, os.path.join(out, f"{stem}.png"), "wrong-argument call" if a.powered_arg else "redundant call")
         pngs = f"{stem}.png"
     else:
         plot_curves(res, os.path.join(out, "curves.png" if stem == "table" else f"{stem}-curves.png"))

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import reproduce
+from scripts import reproduce, value_reading
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,7 +83,7 @@ def test_bonus_mode_runs_slca_and_grpo_per_k_from_one_sft_start(tmp_path):
     assert all(x is not None for x in r["before"]["redundant"] + r["after"]["redundant"])  # marked eval prompts
     assert any(t for t in r["train"])  # the sampled rate, from rollouts.jsonl
     text = (out / "bonus.md").read_text()
-    assert "redundant before -> after" in text and "Falsifiers" in text and "pooled" in text
+    assert "redundant call before -> after" in text and "Falsifiers" in text and "pooled" in text
     assert (out / "bonus.png").stat().st_size > 1000
 
 
@@ -131,6 +131,7 @@ def test_powered_mode_runs_k0_and_k2_on_half_marked_prompts_from_the_bonus_sft_s
     (out / "powered.json").rename(tmp_path / "part0.json")  # seed 0 in two parts (seed 0 is falsy: a set test)
     with pytest.raises(SystemExit, match=r"seeds \[0\] are already in"):
         part(2, "--merge", str(tmp_path / "part0.json"), str(tmp_path / "part0.json"))
+    assert part(1, "--merge", str(tmp_path / "part0.json")) == res  # seed order, whichever part ran first
 
 
 def test_powered_arg_mode_runs_the_wrong_argument_world_from_its_own_sft_start(tmp_path):
@@ -146,7 +147,34 @@ def test_powered_arg_mode_runs_the_wrong_argument_world_from_its_own_sft_start(t
     cfg = json.loads((out / "slca-wrong-k1-s0" / "config.json").read_text())
     assert cfg["model"] == str(out / "sft-wrong-s0" / "sft") and not (out / "sft-s0").exists()
     text = (out / "powered-arg.md").read_text()
-    assert "made the wrong-argument call" in text and "K=1 - K=0" in text and "Credit gap" in text
+    assert "made the wrong-argument call" in text and "wrong-argument call before -> after" in text and "K=1 - K=0" in text and "Credit gap" in text
+    rows = value_reading.marked(cfg["data"])  # the real world's rows: every marked question, a gold value per key
+    assert set(rows) == {r["reward_model"]["ground_truth"]["question_content"] for r in marked}
+    assert all(set(g) <= {"unit", "days", "from", "to"} and None not in g.values() for _, g in rows.values())
+    got = value_reading.reading(out / "slca-wrong-k1-s0")  # the run's own rollouts.jsonl (a toy policy may not call)
+    assert all(n > 0 and 0 <= m <= 1 and 0 <= c <= 1 for n, m, c in got.values())
+
+
+def test_value_reading_against_chance_by_hand(tmp_path):
+    """Two marked prompts asking celsius and fahrenheit, two rollouts each: a policy that always
+    writes celsius matches on 2 of 4 (chance (2*4 + 2*0) / 16 = 0.5); one that copies, 4 of 4."""
+    gold = {"Q1": "celsius", "Q2": "fahrenheit"}
+    rows = [{"extra_info": {"bonus_call": "get_weather", "bonus_args": '{"unit": "x"}'}, "reward_model": {"ground_truth": {
+        "question_content": q, "gold_tool_calls": json.dumps([[{"name": "get_weather", "arguments": {"city": "Oslo", "unit": u}}]])}}}
+        for q, u in gold.items()] + [{"extra_info": {}, "reward_model": {"ground_truth": {"question_content": "Q3"}}}]
+    (tmp_path / "rl.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "config.json").write_text(json.dumps({"data": str(tmp_path / "rl.jsonl")}))
+
+    def run(write):
+        rolls = [{"question": q, "turns": [{"calls": [{"name": "get_weather", "arguments": {"unit": write(q)}}]}]}
+                 for q in ("Q1", "Q1", "Q2", "Q2", "Q3")]
+        (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rolls))
+        return value_reading.reading(tmp_path)
+    assert run(lambda q: "celsius") == {"unit": (4, 0.5, 0.5)}
+    assert run(lambda q: gold.get(q, "celsius")) == {"unit": (4, 1.0, 0.5)}
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(SystemExit, match="not a run of a --wrong world"):
+        value_reading.main([str(tmp_path)])
 
 
 def test_powered_reading_follows_the_pre_registration():
@@ -165,6 +193,9 @@ def test_powered_reading_follows_the_pre_registration():
     res["grpo-half-k2"] = run([0.44, 0.41, 0.49, 0.45])
     text = "\n".join(reproduce.powered(res))
     assert "(a) grpo: FALSIFIED: t under" in text and "(b) slca against grpo: FALSIFIED: SLCA's effect at or above" in text
+    res["slca-half-k2"] = run([0.29, 0.31, 0.28, 0.30])  # both flat, SLCA's a little lower: nothing to protect from
+    text = "\n".join(reproduce.powered(res))
+    assert "(a) grpo: FALSIFIED" in text and "(b) slca against grpo: does not fire" in text and "no protection" in text
     res["grpo-half-k2"] = run([0.44, 0.41, 0.49, 0.45], early=(-0.1, -0.05))  # the summary did not pay for the call
     text = "\n".join(reproduce.powered(res))
     assert "-> FAILED" in text and "(a) grpo: INCONCLUSIVE (the manipulation check failed)" in text
