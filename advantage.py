@@ -5,6 +5,7 @@
     A_{i,t} = λ_tool·Â_i^tool·tool_mask_{i,t} + λ_sum·Â_i^sum·summary_mask_{i,t}            (Eq. 8)
     A_{i,t} = A_i^succ + λ_action·A_i^action·M_{i,t}                                        (Eq. 13, ToolPO)
     A_{i,t} = λ_tool·(Â_i^tool + ω·Â_{i,k(t)})·tool_mask_{i,t} + λ_sum·Â_i^sum·summary_mask_{i,t}   (Eq. 14)
+    A_{i,t} = λ_tool·Â_i^tool·(tool_mask + d)_{i,t} + λ_sum·Â_i^sum·(summary_mask − d)_{i,t}           (Eq. 15)
 
 P_seg holds the group's rollouts that have the segment (the presence filter); a rollout outside
 it, or in a group with |P_seg| < 2, gets 0; λ applies after normalisation, so tool-token
@@ -12,7 +13,9 @@ advantages never depend on any R^sum. std is unbiased, ε = 1e-6; statistics are
 equal rewards give exactly 0 (`stats="release"`: the release's float32). A non-finite present
 reward zeroes its group for that segment. ToolPO's M is SLCA's tool_mask; Eq. 14's per-turn
 credit (`--turn-credit ω`, off by default) normalises turn k over the group's rollouts that
-have a turn k. The rules in full, and where this simplifies the release: docs/method.md §3.
+have a turn k. Eq. 15's decision credit (`--decision-credit tool`, off by default) pays the
+tokens d that decide to stop calling (segment.decision_mask) with Â^tool, not Â^sum; beside
+Eq. 14 they get Â^tool alone (they open no tool turn). The rules in full: docs/method.md §3.
 
 `token_advantages` is what train.py trains on for each `--algo`; `slca_terms` and `log_sums`
 give the training logs' SLCA sums, whatever the algorithm. `group_normalize` states Eq. 7 one
@@ -137,6 +140,15 @@ def route(adv_tool, adv_sum, tool_mask, summary_mask):
             + torch.where(summary_mask.bool(), adv_sum[:, None], 0.0))  # (B, T)
 
 
+DECISION_CREDIT = ("summary", "tool")  # train.py --decision-credit: Eq. 8's (the paper's), or Eq. 15's
+
+
+def route_decision(A, adv_tool, decision):
+    """Eq. 15: A (B, T) from `route` or `route_turns`, with the decision tokens (decision (B, T),
+    segment.decision_mask) paid adv_tool (B,) (λ_tool applied) instead of the summary's advantage."""
+    return torch.where(decision.bool(), adv_tool[:, None], A)                           # (B, T)
+
+
 # ---------------------------------------------------------------------------------------------
 # the per-token advantage of each --algo (what train.py trains on), and its logged diagnostics
 def turn_table(turn_r, response_mask):
@@ -175,19 +187,23 @@ def slca_terms(scores, turn_r, batch, keep, group_ids, lam_tool=1.0, lam_sum=1.0
 
 
 def token_advantages(algo, scores, turn_r, batch, keep, group_ids, lam_tool=1.0, lam_sum=1.0, omega=TURN_CREDIT,
-                     norm_by_std=True, toolpo_norm_by_std=False, stats=STATS[0]):
+                     norm_by_std=True, toolpo_norm_by_std=False, stats=STATS[0], decision=None):
     """The per-token advantages A (B, L) that `algo` trains on (one of ALGOS), on the masks' device.
 
     Arguments as slca_terms; scores also hold score, r_succ, r_action. omega is Eq. 14's ω (slca
-    only); toolpo_norm_by_std is Eq. 13's std division (norm_by_std is the others')."""
+    only); toolpo_norm_by_std is Eq. 13's std division (norm_by_std is the others'); decision
+    (B, L), segment.decision_mask of the batch's masks, turns on Eq. 15 (slca only; None: Eq. 8)."""
     tool_mask, summary_mask = batch["tool_mask"], batch["summary_mask"]
     dev = lambda x: x.to(tool_mask.device)  # noqa: E731
     col = lambda k: torch.tensor([s[k] for s in scores], dtype=torch.float32)  # noqa: E731  (B,)
     if algo == "slca":                                                                  # Eqs. 7-8, 14
         adv_tool, adv_sum, adv_turn, _, _ = slca_terms(scores, turn_r, batch, keep, group_ids, lam_tool, lam_sum,
                                                        norm_by_std, stats)
-        return route_turns(dev(adv_tool), dev(adv_sum), dev(adv_turn), run_index(batch["response_mask"]),
-                           tool_mask, summary_mask, omega, lam_tool)
+        A = route_turns(dev(adv_tool), dev(adv_sum), dev(adv_turn), run_index(batch["response_mask"]),
+                        tool_mask, summary_mask, omega, lam_tool)                       # (B, L)
+        return A if decision is None else route_decision(A, dev(adv_tool), decision)    # Eq. 15
+    if decision is not None:
+        raise ValueError(f"decision credit (Eq. 15) is SLCA's: algo slca, not {algo!r}")
     if algo == "grpo":                                                                  # Eq. 6
         adv = grpo_advantages(col("score"), group_ids, norm_by_std=norm_by_std, present=keep, stats=stats)  # (B,)
         return route(dev(adv), dev(adv), tool_mask, summary_mask)

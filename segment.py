@@ -11,6 +11,8 @@ of 1s are the assistant turns. With k runs:
 so tool_mask + summary_mask == response_mask on every row. Known edge case, kept as the
 released code has it: a rollout cut off by the turn or length cap ends on a tool-call turn,
 and that last run is counted as the "summary" (its summary reward is then 0, see rewards.py).
+`decision_mask` marks the summary turn's opening tokens, where the policy chose to stop calling
+(README Eq. 15, `--decision-credit tool`).
 
 Text (docs/method.md §1, "Reading policy text"). Policy turns call tools in the Hermes format,
 `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, with the calls of one parallel step
@@ -54,6 +56,42 @@ def run_index(response_mask):
     prev[:, 1:] = m[:, :-1]
     runs = (m & ~prev).long().cumsum(dim=1) - 1                # (B, T) runs started so far, minus one
     return torch.where(m, runs, -1)
+
+
+DECISION_WINDOW = 16  # tokens read for the decision: "<tool_call>" is 11 characters, so 11 one-character tokens
+                      # plus the one that departs, with room for leading whitespace (bounds untrusted text)
+
+
+def decision_mask(response_mask, ids, decode, opener=OPEN):
+    """The decision tokens d of README Eq. 15: (B, T) in response_mask's dtype, 1 on the opening
+    tokens of the summary turn of each row that has a tool segment, 0 elsewhere.
+
+    After a tool answer the next turn's tokens either open another call (`opener`) or start the
+    answer. The decision is made where the turn's text (leading whitespace dropped) stops being
+    a proper prefix of the opener: the turn's first k tokens, k the first count whose decoded
+    text departs from the opener or completes it. One token where the opener is one token
+    (Qwen2.5, the demo's BPE); SmolLM2 splits it into '<' 'tool' '_' 'call' '>', so a summary
+    opening with '<b>' decides at 'b' and both tokens are the decision. ids: (B, T) the
+    trajectories' ids; decode: ids -> text (the tokenizer's). At most DECISION_WINDOW tokens.
+    """
+    tool, summary, tool_present, _ = segment_masks(response_mask)
+    out = torch.zeros_like(response_mask)                      # (B, T)
+    s = summary.bool()
+    first = s.long().argmax(dim=1)                             # (B,) first summary token
+    size = s.sum(dim=1)                                        # (B,) the summary run's length
+    for i in tool_present.nonzero().flatten().tolist():
+        t, n = int(first[i]), min(int(size[i]), DECISION_WINDOW)
+        out[i, t:t + decision_length(ids[i, t:t + n].tolist(), decode, opener)] = 1
+    return out
+
+
+def decision_length(turn, decode, opener=OPEN):
+    """How many of a turn's opening ids (`turn`, a list) decide between `opener` and anything else."""
+    for k in range(1, len(turn) + 1):
+        text = decode(turn[:k]).lstrip()
+        if text == opener or not opener.startswith(text):
+            return k
+    return len(turn)
 
 
 def strip_think(text):

@@ -7,9 +7,9 @@
 
 Stages (docs/method.md §7): an optional SFT warm start (lib/sft.py, saved to <out>/sft), then per RL step:
 G rollouts for each of the step's prompts (rollout.py) -> HierR scores (rewards.py, Eqs. 2-5) -> advantages
-(advantage.py: `--algo slca`, Eqs. 7-8, with `--turn-credit` Eq. 14; `grpo`, Eq. 6; `toolpo`, Eq. 13) -> old
-and reference log-probs -> PPO mini-batches with gradient accumulation (loss.py, Eqs. 9-12), an AdamW step
-each -> log -> eval -> checkpoint.
+(advantage.py: `--algo slca`, Eqs. 7-8, with `--turn-credit` Eq. 14 and `--decision-credit` Eq. 15; `grpo`,
+Eq. 6; `toolpo`, Eq. 13) -> old and reference log-probs -> PPO mini-batches with gradient accumulation
+(loss.py, Eqs. 9-12), an AdamW step each -> log -> eval -> checkpoint.
 
 The file, in reading order: the config (its flag table, checks and preset files are lib/config.py), the RL
 step (rl_step and the three passes it calls) and the run (main, run, and the model and eval helpers); the
@@ -39,9 +39,10 @@ from tqdm import tqdm
 
 import rewards
 from rewards import score_rollouts
-from advantage import ALGOS, STATS, TURN_CREDIT, log_sums, slca_terms, token_advantages
+from advantage import ALGOS, DECISION_CREDIT, STATS, TURN_CREDIT, log_sums, slca_terms, token_advantages
 from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
 from rollout import TEMPERATURE, collate, prompt_ids, rollout
+from segment import decision_mask
 from simulator import unrecorded
 from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
 from lib import config, llm, loop, lora, tiny
@@ -59,7 +60,8 @@ from lib.threads import Threads
 
 # the defaults and choices the method modules own, for the flag table (lib/config.py)
 METHOD = {"algos": ALGOS, "aggs": AGGS, "stats": STATS, "clip_eps": CLIP_EPS, "clip_c": CLIP_C, "kl_beta": KL_BETA,
-          "lam": rewards.LAM, "weights": rewards.WEIGHTS.values(), "turn_credit": TURN_CREDIT, "temperature": TEMPERATURE}
+          "lam": rewards.LAM, "weights": rewards.WEIGHTS.values(), "turn_credit": TURN_CREDIT, "temperature": TEMPERATURE,
+          "decision": DECISION_CREDIT}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,8 +177,10 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
         for k in ("response_mask", "tool_mask", "summary_mask"):
             batch[k] = batch[k] * keep.to(a.device)[:, None]
         gids = torch.tensor(groups)                                                         # (B,)
+        decision = (decision_mask(batch["response_mask"], batch["input_ids"], tok.decode)
+                    if a.decision_credit == "tool" else None)                              # (B, L) Eq. 15's d
         A = token_advantages(a.algo, scores, turn_r, batch, keep, gids, a.lam_tool, a.lam_sum, a.turn_credit,
-                             a.norm_by_std, a.toolpo_norm_by_std, a.group_stats)          # (B, L) Eqs. 6-8, 13-14
+                             a.norm_by_std, a.toolpo_norm_by_std, a.group_stats, decision)  # (B, L) Eqs. 6-8, 13-15
         slca = slca_terms(scores, turn_r, batch, keep, gids, a.lam_tool, a.lam_sum, a.norm_by_std,
                           a.group_stats)                                                    # for the logs, any --algo
         old, refl = old_and_ref_logprobs(model, ref, batch, a)

@@ -137,6 +137,9 @@ def parser(method, episode_flags):
     g.add_argument("--turn-credit", type=num, default=method["turn_credit"], metavar="OMEGA",
                    help="ω of README Eq. 14 (--algo slca only, a project extension): tool turn k's tokens also get "
                         "ω x the group-normalised reward of turn k against gold step k; 0 = SLCA exactly")
+    g.add_argument("--decision-credit", choices=method["decision"], default=method["decision"][0],
+                   help="who pays the tokens that decide to stop calling (the summary turn's first, README Eq. 15; "
+                        "--algo slca only, a project extension): summary = Â_sum, SLCA exactly; tool = Â_tool")
     g.add_argument("--norm-by-std", action=argparse.BooleanOptionalAction, default=True,
                    help="--no-norm-by-std subtracts the group mean only (Dr. GRPO)")
     g.add_argument("--group-stats", choices=method["stats"], default=method["stats"][0],
@@ -241,6 +244,9 @@ def check_args(p, a, check_episode):
         p.error("--turn-credit must be >= 0")
     if a.turn_credit and a.algo != "slca":
         p.error(f"--turn-credit is per-turn credit inside SLCA's tool segment: it needs --algo slca, not {a.algo}")
+    if a.decision_credit != "summary" and a.algo != "slca":
+        p.error(f"--decision-credit {a.decision_credit} moves a token between SLCA's segments: it needs --algo slca, "
+                f"not {a.algo}")
     check_episode(p, a, a.solved_prompt)  # --json-depth, and the frozen LLMs' prompt files read once
     if any(w < 0 for w in a.hierr_weights):
         p.error("--hierr-weights must be >= 0")

@@ -17,7 +17,9 @@ demo's G, prompts per step and steps, routed to the token that decides each bran
   decision token of a non-caller is the first token of its last turn, the summary (Eq. 1), so
   it gets Â_sum; `state` is in the summary either way (Â_sum). Under SLCA the decision to stop
   calling tools belongs to the summary segment: at K >= 1 non-callers state fewer reference
-  facts, so Â_sum pushes their "stop" down and the call rate up, while Â_tool pushes it down.
+  facts, so Â_sum pushes their "stop" down and the call rate up, while Â_tool pushes it down;
+- `slca-decision` (Eq. 15, train.py --decision-credit tool): the non-caller's decision token is
+  paid Â_tool too, so both branches of `call` get Â_tool; `state` keeps Â_sum.
 
 The optimizer is Adam whose second moment is one scalar over both logits (the mean square of
 the gradient vector), not one per logit: in a network every weight's gradient sums both
@@ -52,6 +54,7 @@ START_STATE = 0.9               # the teacher always states the values after the
 FACTS = 2                       # ordinary reference facts of a bonus kind's task
 STATE_P = 0.85                  # chance that the summary states one ordinary fact
 BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults, as train.py uses them
+ALGOS = ("slca", "slca-decision", "grpo")  # the routings above
 
 
 def level_score(stated, total):
@@ -88,7 +91,7 @@ def run(algo, k, lr, seed, marked=MARKED, arg=False):
             else:
                 a_tool, a_state = slca_advantages(process, summary, present, present, gids)  # Eqs. 7-8: Â_tool, Â_sum
                 # a caller's decision opens a tool turn, a non-caller's the summary; --arg: inside the call either way
-                a_dec = a_tool if arg else torch.where(call > 0, a_tool, a_state)
+                a_dec = a_tool if arg or algo == "slca-decision" else torch.where(call > 0, a_tool, a_state)
             grad = torch.stack([(a_dec * (call - p_call)).mean(),                       # ∇ log π(decision) = call - p
                                 (a_state * (state - p_state) * call).sum() / B * (not arg)])  # callers' statement only
             m = BETAS[0] * m + (1 - BETAS[0]) * grad
@@ -109,11 +112,12 @@ def main(argv=None):
     last = STEPS - STEPS // 3
     print(f"{'wrong-argument' if a.arg else 'call'} probability over the last third of {STEPS} steps (start "
           f"{START_CALL}), marked share {a.marked}, mean ± std over {a.seeds} seeds; effect = K{ks[1]} - K0 paired by seed")
-    print(f"| lr | slca K=0 | slca K={ks[1]} | slca effect | grpo K=0 | grpo K={ks[1]} | grpo effect |\n" + "|---" * 7 + "|")
+    print("| lr | " + " | ".join(f"{algo} K=0 | {algo} K={ks[1]} | {algo} effect" for algo in ALGOS) + " |\n"
+          + "|---" * (1 + 3 * len(ALGOS)) + "|")
     out = {}
     for lr in a.lr:
         cells = []
-        for algo in ("slca", "grpo"):
+        for algo in ALGOS:
             rate = {k: torch.tensor([sum(r[last:]) / len(r[last:]) for r in (run(algo, k, lr, s, a.marked, a.arg)
                                                                              for s in range(a.seeds))]) for k in ks}
             out[(lr, algo)] = rate

@@ -80,6 +80,8 @@ ALGOS = {  # name -> train.py flags (docs/method.md §7 ablations)
     "no-sgls": ["--algo", "slca", "--no-sgls"],     # w/o SGLS: no tool definition, no checks 2-4
 }
 NOISE_ALGOS = ["slca", "grpo"]
+POWERED_ARMS = {"slca": ALGOS["slca"], "grpo": ALGOS["grpo"],  # --powered's arms: the pre-registered two, and
+                "slca-decision": ALGOS["slca"] + ["--decision-credit", "tool"]}  # docs/diagnostic.md §3's (README Eq. 15)
 POWERED_K = {False: [0, 2], True: [0, 1]}  # K of --powered and --powered-arg (docs/diagnostic.md, pre-registered)
 TURN_ALGOS = ["slca", "grpo"]  # --turn-credit: the baselines beside slca-turn@ω
 
@@ -272,7 +274,7 @@ def bonus_summary(runs):
         first, last = thirds(rows) if rows else (set(), set())
         row["first"].append(pooled(rows, first))
         row["last"].append(pooled(rows, last))
-        grpo, inside = name.startswith("grpo"), "-wrong-" in name
+        grpo, inside = name.startswith("grpo"), "-wrong-" in name or name.startswith("slca-decision")  # Eq. 15: Â_tool
         row["early"].append(contrast([r for r in rows if r["step"] in first], grpo, inside))
         row["whole"].append(contrast(rows, grpo, inside))
     return out
@@ -358,7 +360,9 @@ def powered(res, tag="half", k=2):
         dd = paired(*([x - y for x, y in zip(hi(a)["last"], lo(a)["last"])] for a in ("grpo", "slca")))
         if dd:
             lines.append(f"Secondary: grpo's effect - slca's, paired: {says(dd)}")
-    for a in NOISE_ALGOS:
+    if f"slca-decision-{tag}-k{k}" in res:
+        lines += decision_checks(hi, lo, k, manip)
+    for a in [x for x in POWERED_ARMS if f"{x}-{tag}-k{k}" in res]:
         e = paired(hi(a)["after"]["redundant"], lo(a)["after"]["redundant"])
         if e:
             lines.append(f"Secondary: held-out marked eval, greedy, after RL, K={k} - K=0, {a}: {says(e)}")
@@ -367,6 +371,26 @@ def powered(res, tag="half", k=2):
         lines.append(f"Credit gap at the decision token, {name} (callers' minus non-callers' advantage, all steps, "
                      f"per seed): " + ", ".join("-" if x is None else f"{x:+.3f}" for x in gaps))
     return lines
+
+
+def decision_checks(hi, lo, k, manip):
+    """The third arm's pre-registered reading (docs/diagnostic.md §3, issue 38): slca-decision's
+    effect on the primary measure, (c) below SLCA's (paired), (d) not above 0."""
+    effect = {a: [x - y for x, y in zip(hi(a)["last"], lo(a)["last"])] for a in ("slca", "slca-decision")}
+    e, below = paired(hi("slca-decision")["last"], lo("slca-decision")["last"]), paired(effect["slca"], effect["slca-decision"])
+    if not (e and below):
+        return ["Primary, slca-decision: (needs 2 seeds)"]
+    fail = "FALSIFIED" if manip else "INCONCLUSIVE (the manipulation check failed)"
+    same = all(hi(a)["before"] == hi("slca-decision")["before"] for a in ("slca", "grpo"))
+    return [f"Shared SFT starts: the before-RL held-out marked numbers of slca-decision, slca and grpo are "
+            + ("equal in every seed" if same else "NOT equal in every seed (the starts differ: compare with the slca "
+                                                  "arm run beside slca-decision)"),
+            f"Primary: slca-decision, K={k} - K=0 paired by seed: {says(e)}",
+            f"(c) slca's effect - slca-decision's, paired: {says(below)} -> "
+            + ("below SLCA's effect (t at or above the critical value)" if below["shown"]
+               else f"{fail}: not shown below SLCA's effect"),
+            "(d) slca-decision's effect above 0? " + (f"{fail}: t at or above the critical value" if e["shown"]
+                                                     else "not above 0 (t under the critical value)")]
 
 
 def bonus_table(res, ks, tag="half"):
@@ -613,8 +637,8 @@ def experiment(a, out):
         wrong, tag = (True, "wrong") if a.powered_arg else (False, "half")
         w0 = bonus_world(out, 0, a.world_scale, wrong=wrong)
         half = {k: bonus_world(out, k, a.world_scale, half=True, wrong=wrong) for k in POWERED_K[wrong]}
-        return ([(f"{algo}-{tag}-k{k}", ALGOS[algo] + ["--data", half[k]["rl"], "--eval-data", half[k]["eval"]])
-                 for k in POWERED_K[wrong] for algo in NOISE_ALGOS], ["--data", w0["rl"], "--sft-data", w0["sft"]])
+        return ([(f"{algo}-{tag}-k{k}", POWERED_ARMS[algo] + ["--data", half[k]["rl"], "--eval-data", half[k]["eval"]])
+                 for k in POWERED_K[wrong] for algo in a.arms], ["--data", w0["rl"], "--sft-data", w0["sft"]])
     if a.noise:
         return [noise_run(algo, p) for p in a.noise for algo in NOISE_ALGOS], []
     if a.turn_credit is not None:
@@ -642,6 +666,27 @@ def parts(files, mode, seeds):
         seen |= have
         got.append((have, part))
     return got
+
+
+def keep_arms(res, path, mode, seeds):
+    """res with the arms of an earlier report of this mode (`--kept`: its <stem>.json) that this
+    invocation does not run, their values for `seeds` (same SFT starts, prompts and settings: the
+    arms pair by seed); returns a note. Refused in one line when the file is not such a report."""
+    try:
+        part = json.load(open(path))
+        arms = {name: r for name, r in part["results"].items() if name not in res} if part.get(mode) else None
+        have = {s for r in (arms or {}).values() for s in r["seeds"]}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise SystemExit(f"--kept {path}: not a results file ({type(e).__name__}: {e})")
+    if not arms:
+        raise SystemExit(f"--kept {path}: no arm of --{mode.replace('_', '-')} that this invocation does not run")
+    if missing := sorted(set(seeds) - have):
+        raise SystemExit(f"--kept {path}: seeds {missing} are not in it")
+    for name, r in arms.items():
+        at = [r["seeds"].index(s) for s in seeds]
+        res[name] = {key: {m: [xs[i] for i in at] for m, xs in v.items()} if isinstance(v, dict) else [v[i] for i in at]
+                     for key, v in r.items()}
+    return f"arms {', '.join(arms)} kept from {path} (commit {part.get('commit')})"
 
 
 def merge(res, got, files):
@@ -726,6 +771,11 @@ def main(argv=None):
     p.add_argument("--merge", nargs="+", default=[], metavar="JSON",
                    help="--powered, --powered-arg: report these seeds with those of earlier parts (their "
                         "powered.json / powered-arg.json; other seeds, the same mode)")
+    p.add_argument("--arms", nargs="+", choices=list(POWERED_ARMS), default=NOISE_ALGOS,
+                   help="--powered, --powered-arg: the arms run (slca-decision: --decision-credit tool, README Eq. 15)")
+    p.add_argument("--kept", default=None, metavar="JSON",
+                   help="--powered, --powered-arg: the arms not run here, from an earlier report of the same mode "
+                        "(its powered.json or powered-arg.json), for this invocation's seeds")
     p.add_argument("--world-scale", type=float, default=1.0, help="--bonus, --powered: the generated world's size (tests: small)")
     p.add_argument("--size", choices=["demo", "toy"], default="demo",
                    help="toy: a few seconds per run (the smoke test)")
@@ -736,7 +786,10 @@ def main(argv=None):
     if sum(x not in (None, False) for x in (a.noise, a.bonus, a.turn_credit, a.powered, a.powered_arg)) > 1:
         p.error("--noise, --bonus, --powered, --powered-arg and --turn-credit are separate experiments: give one")
     a.seeds = a.seeds or ([0, 1, 2, 3] if a.powered or a.powered_arg else [0, 1, 2])
-    got = parts(a.merge, "powered" if a.powered else "powered_arg" if a.powered_arg else None, a.seeds)
+    mode = "powered" if a.powered else "powered_arg" if a.powered_arg else None
+    if (a.kept or a.arms != NOISE_ALGOS) and not mode:
+        p.error("--arms and --kept are --powered's and --powered-arg's")
+    got = parts(a.merge, mode, a.seeds)
     out = a.out
     os.makedirs(out, exist_ok=True)
     extra = (TOY if a.size == "toy" else []) + extra
@@ -758,6 +811,7 @@ def main(argv=None):
     res = bonus_summary(runs) if a.bonus is not None or a.powered or a.powered_arg else collect(runs)
     wall = time.time() - t0
     kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""
+    kept += "; " + keep_arms(res, a.kept, mode, a.seeds) if a.kept else ""
     kept += "; merged with " + merge(res, got, a.merge) if a.merge else ""
     stem, header, text, pngs = write_outputs(a, argv, out, res, wall, kept)
     print("\n" + header + text)

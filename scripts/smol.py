@@ -3,6 +3,7 @@ tool world (README "A real model learns"; docs/smol.md).
 
     python scripts/smol.py --out runs/smol                  # SFT once, then SLCA and GRPO, seeds 0 1
     python scripts/smol.py --out runs/smol --seeds 0 1 2 --algos slca
+    python scripts/smol.py --out runs/smol-decision --algos slca slca-decision   # README Eq. 15 against SLCA
     python scripts/smol.py --out /tmp/smol --size toy        # a few rows, one step, in about a minute
     python scripts/smol.py --out runs/smol -- --lr 5e-6      # flags after -- go to every train.py run
 
@@ -18,7 +19,8 @@ simulator from the responses recorded in data/world, summaries rated by the refe
    (--jobs runs at a time, each on one thread; a finished stage is kept, so a stopped run continues)
 4. <out>/table.md and table.json: per run, before and after RL on the same prompts (Success@0.9,
    Process, Name F1, S_sum, tool turns, Format) and the paired per-prompt difference after - before
-   with its standard error; per seed, SLCA - GRPO after RL the same way. <out>/curves.png: the
+   with its standard error (also of tool turns on the single-step and irrelevant prompts); per seed and
+   pooled, SLCA - GRPO and slca-decision - SLCA after RL the same way (PAIRS). <out>/curves.png: the
    training rollouts' score, Process and S_sum against the RL step, per run.
 """
 import argparse
@@ -43,6 +45,10 @@ Z95 = 1.645  # one-sided 0.05 critical value of the normal: per-prompt tests hav
 TOY = ["--sft-limit", "2", "--sft-batch", "1", "--sft-epochs", "2", "--sft-lr", "3e-4", "--sft-warmup", "0",
        "--steps", "1", "--prompts-per-step", "2", "--mini-batch", "2", "--group-size", "4", "--micro-batch", "8",
        "--max-tokens", "128", "--max-turns", "2"]  # --size toy: about a minute (tests/test_smol.py)
+ARMS = {"slca": ["--algo", "slca"], "grpo": ["--algo", "grpo"],          # --algos: name -> train.py flags
+        "slca-decision": ["--algo", "slca", "--decision-credit", "tool"]}  # README Eq. 15 (docs/smol.md, issue 38)
+PAIRS = [("slca", "grpo"), ("slca-decision", "slca")]  # compared after RL per prompt, per seed and pooled
+EARLY_STOP = ("single_step_single_tool", "single_step_parallel", "irrelevant")  # where one more call costs (docs/smol.md)
 COLUMNS = [("success", "Success@0.9"), ("process", "Process"), ("name_f1", "NameF1"), ("summary", "S_sum"),
            ("tool_turns", "ToolTurns"), ("format", "Format")]
 
@@ -83,14 +89,20 @@ def evaluate(model, out, data, limit, threads):
 
 
 def deltas(after, before, key):
-    """Per prompt, after - before of `key` (Success@0.9 as 0 or 1), on the same prompts."""
+    """Per prompt, after - before of `key` (Success@0.9 as 0 or 1; "early_turns": tool turns on the
+    EARLY_STOP prompts only), on the same prompts."""
     assert [a["id"] for a in after] == [b["id"] for b in before], "the same prompts, in the same order"
+    if key == "early_turns":
+        return [a["tool_turns"] - b["tool_turns"] for a, b in zip(after, before) if b["parallel_type"] in EARLY_STOP]
     val = (lambda r: float(reached(r["process"], SUCCESS))) if key == "success" else (lambda r: r[key])  # noqa: E731
     return [val(a) - val(b) for a, b in zip(after, before)]
 
 
 def paired(d):
-    """The paired test of per-prompt differences `d`: mean, standard error, t, n, shown (t > Z95)."""
+    """The paired test of per-prompt differences `d`: mean, standard error, t, n, shown (t > Z95); None
+    with fewer than 2 prompts (a toy eval may hold no single-step prompt)."""
+    if len(d) < 2:
+        return None
     mean, se = statistics.fmean(d), statistics.stdev(d) / len(d) ** 0.5
     t = mean / se if se else 0.0
     return {"mean": mean, "se": se, "t": t, "n": len(d), "shown": t > Z95}
@@ -108,37 +120,41 @@ def row(rs):
 
 def report(out, before, runs, walls):
     """table.md and table.json (module docstring, step 4); returns the markdown."""
-    keys = ("success", "process", "score")  # score: S_process + S_sum, the training reward (λs 1)
-    res = {"before": row(before), "runs": {}, "pooled": {}, "slca_minus_grpo": {}}
-    cell = lambda d: f"{d['mean']:+.3f} ± {d['se']:.3f} ({d['t']:+.2f})"  # noqa: E731
-    head = " | ".join(f"Δ{n} ± SE (t)" for n in ("Success@0.9", "Process", "Score"))
+    keys = ("success", "process", "score", "early_turns")  # score: S_process + S_sum, the training reward (λs 1)
+    res = {"before": row(before), "runs": {}, "pooled": {}, "pairs": {}}
+    cell = lambda d: f"{d['mean']:+.3f} ± {d['se']:.3f} ({d['t']:+.2f})" if d else "-"  # noqa: E731
+    head = " | ".join(f"Δ{n} ± SE (t)" for n in ("Success@0.9", "Process", "Score", "tool turns (single step, irrelevant)"))
     lines = ["| run | " + " | ".join(n for _, n in COLUMNS) + f" | {head} | wall |",
              "|---|" + "---|" * (len(COLUMNS) + 4),
-             "| SFT start | " + " | ".join(f"{res['before'][k]:.3f}" for k, _ in COLUMNS) + " | | | | |"]
+             "| SFT start | " + " | ".join(f"{res['before'][k]:.3f}" for k, _ in COLUMNS) + " |" + " |" * (len(keys) + 1)]
     for name, after in runs.items():
         r = res["runs"][name] = {**row(after), **{f"d_{k}": paired(deltas(after, before, k)) for k in keys},
                                  "wall_s": walls.get(name)}
         wall = f"{r['wall_s'] / 60:.0f} min" if r["wall_s"] else ""
         lines.append(f"| {name} | " + " | ".join(f"{r[k]:.3f}" for k, _ in COLUMNS) + " | " +
                      " | ".join(cell(r[f"d_{k}"]) for k in keys) + f" | {wall} |")
-    for algo in ("slca", "grpo"):
-        mine = [after for name, after in runs.items() if name.startswith(algo + "-")]
+    arm = lambda name: name.rsplit("-s", 1)[0]  # noqa: E731  "slca-decision-s0" -> "slca-decision"
+    for algo in ARMS:
+        mine = [after for name, after in runs.items() if arm(name) == algo]
         if len(mine) > 1:
             res["pooled"][algo] = {k: pooled([deltas(after, before, k) for after in mine]) for k in keys}
-    seeds = [n.split("-s")[1] for n in runs if n.startswith("slca-") and "grpo-s" + n.split("-s")[1] in runs]
-    for s in seeds:
-        res["slca_minus_grpo"][s] = {k: paired(deltas(runs["slca-s" + s], runs["grpo-s" + s], k)) for k in keys}
-    if len(seeds) > 1:
-        res["slca_minus_grpo"]["pooled"] = {k: pooled([deltas(runs["slca-s" + s], runs["grpo-s" + s], k)
-                                                        for s in seeds]) for k in keys}
-    if res["pooled"] or res["slca_minus_grpo"]:
-        lines += ["", f"| pooled over seeds (each prompt's Δ averaged) | {head} |", "|---|---|---|---|"]
+    for x, y in PAIRS:  # x - y after RL, per prompt, in each seed that ran both
+        seeds = [n.rsplit("-s", 1)[1] for n in runs if arm(n) == x and f"{y}-s{n.rsplit('-s', 1)[1]}" in runs]
+        pair = {s: {k: paired(deltas(runs[f"{x}-s{s}"], runs[f"{y}-s{s}"], k)) for k in keys} for s in seeds}
+        if len(seeds) > 1:
+            pair["pooled"] = {k: pooled([deltas(runs[f"{x}-s{s}"], runs[f"{y}-s{s}"], k) for s in seeds]) for k in keys}
+        if pair:
+            res["pairs"][f"{x} - {y}"] = pair
+    if res["pooled"] or res["pairs"]:
+        lines += ["", f"| pooled over seeds (each prompt's Δ averaged) | {head} |", "|---|" + "---|" * len(keys)]
         lines += [f"| {algo}: after - before | " + " | ".join(cell(d[k]) for k in keys) + " |"
                   for algo, d in res["pooled"].items()]
-        lines += [f"| slca - grpo after RL, {'seed ' + s if s != 'pooled' else 'pooled'} | " +
-                  " | ".join(cell(d[k]) for k in keys) + " |" for s, d in res["slca_minus_grpo"].items()]
-    lines += ["", f"n = {len(before)} held-out prompts, greedy, the same before and after; Δ per prompt, its mean ± "
-              f"standard error (t = mean / SE; one-sided 0.05: t > {Z95}). Score = S_process + S_sum, what RL maximises."]
+        lines += [f"| {name} after RL, {'seed ' + s if s != 'pooled' else 'pooled'} | " +
+                  " | ".join(cell(d[k]) for k in keys) + " |" for name, pair in res["pairs"].items() for s, d in pair.items()]
+    early = sum(r["parallel_type"] in EARLY_STOP for r in before)
+    lines += ["", f"n = {len(before)} held-out prompts ({early} single-step or irrelevant: the tool-turn column), "
+              f"greedy, the same before and after; Δ per prompt, its mean ± standard error (t = mean / SE; one-sided "
+              f"0.05: |t| > {Z95}). Score = S_process + S_sum, what RL maximises."]
     md = "\n".join(lines) + "\n"
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write(md)
@@ -160,7 +176,7 @@ def plot(out, names):
         for ax, key in zip(axes, ("score", "process", "summary")):
             y = [r[key] for r in rows]
             run = [statistics.fmean(y[max(0, j - 3):j + 1]) for j in range(len(y))]
-            ls = "-" if name.startswith("slca") else "--"
+            ls = "--" if name.startswith("grpo") else "-"
             ax.plot(x, y, lw=0.6, alpha=0.4, color=f"C{i}", ls=ls)
             ax.plot(x, run, lw=2, color=f"C{i}", ls=ls, label=name)
     for ax, title in zip(axes, ("score (S_process + S_sum)", "Process", "S_sum")):
@@ -174,7 +190,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    p.add_argument("--algos", nargs="+", choices=["slca", "grpo"], default=["slca", "grpo"])
+    p.add_argument("--algos", nargs="+", choices=list(ARMS), default=["slca", "grpo"],
+                   help="slca-decision: --algo slca --decision-credit tool (README Eq. 15)")
     p.add_argument("--jobs", type=int, default=2, help="RL runs at a time, one thread each (default: 2, the cores)")
     p.add_argument("--size", choices=["full", "toy"], default="full", help="toy: a smoke test in about a minute")
     p.add_argument("--eval-data", default="data/world/eval.jsonl")
@@ -196,7 +213,7 @@ def main(argv=None):
     def job(name, algo, seed):
         t = time.time()
         run = os.path.join(a.out, name)
-        train(run, ["--model", start, "--preset", "smol", *extra, "--sft-data", "", "--eval-data", "", "--algo", algo,
+        train(run, ["--model", start, "--preset", "smol", *extra, "--sft-data", "", "--eval-data", "", *ARMS[algo],
                     "--seed", str(seed)], 1)
         after = evaluate(os.path.join(run, "final"), run + ".jsonl", a.eval_data, limit, 1)
         return name, after, time.time() - t

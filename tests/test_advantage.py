@@ -362,3 +362,45 @@ def test_turn_k_gradients_ignore_other_turns_rewards():
     assert torch.equal(grads[0][turn0], grads[1][turn0]) and torch.equal(grads[0][summary.bool()], grads[1][summary.bool()])
     turn1 = (runs == 1) & tool.bool()
     assert not torch.equal(grads[0][turn1], grads[1][turn1])  # the test can fail: turn 1 does move
+
+
+# --------------------------------------------------------------------------------------------
+# decision credit (--decision-credit tool, Eq. 15)
+# --------------------------------------------------------------------------------------------
+from advantage import route_decision, token_advantages  # noqa: E402
+
+
+def test_decision_tokens_get_the_tool_advantage():
+    mask, tool, summary, tp, sp, gids, present = turn_batch()
+    at, asum = slca_advantages(torch.tensor([0.9, 0.4, 0.7, 0.1]), torch.tensor([1.0, 0.25, 0.5, 0.75]), tp, sp, gids,
+                               lam_tool=1.5, lam_sum=0.5)
+    d = torch.zeros_like(mask)
+    d[0, 7] = d[1, 3] = d[1, 4] = d[3, 5] = 1                                    # each row's summary opening
+    A8 = route(at, asum, tool, summary)
+    A = route_decision(A8, at, d)
+    assert torch.equal(A[d.bool()], at[:, None].expand_as(A)[d.bool()])         # λ_tool·Â^tool, exactly
+    assert torch.equal(A[~d.bool()], A8[~d.bool()])                              # every other token as Eq. 8
+    assert torch.equal(route_decision(A8, at, torch.zeros_like(mask)), A8)
+    # beside Eq. 14: a decision token gets Â^tool alone, the tool turns keep their per-turn term
+    a_turn = turn_advantages(torch.tensor([[1.0, 0.2], [0.5, 0.0], [0.3, 0.9], [0.8, 0.0]]), present, gids)
+    A14 = route_turns(at, asum, a_turn, run_index(mask), tool, summary, 0.5, 1.5)
+    both = route_decision(A14, at, d)
+    assert torch.equal(both[d.bool()], A[d.bool()]) and torch.equal(both[~d.bool()], A14[~d.bool()])
+
+
+def test_token_advantages_default_is_eq8_and_decision_is_slca_only():
+    mask, tool, summary, tp, sp, gids, present = turn_batch()
+    batch = {"response_mask": mask, "tool_mask": tool, "summary_mask": summary}
+    scores = [{"r_tool": t, "r_sum": s, "score": t + s, "r_succ": 1.0, "r_action": t}
+              for t, s in [(0.9, 1.0), (0.4, 0.25), (0.7, 0.5), (0.1, 0.75)]]
+    keep = torch.ones(4, dtype=torch.bool)
+    at, asum = slca_advantages(*(torch.tensor([s[k] for s in scores]) for k in ("r_tool", "r_sum")), tp, sp, gids)
+    plain = token_advantages("slca", scores, [[]] * 4, batch, keep, gids)
+    assert torch.equal(plain, route(at, asum, tool, summary))
+    d = torch.zeros_like(mask)
+    d[0, 7] = 1
+    got = token_advantages("slca", scores, [[]] * 4, batch, keep, gids, decision=d)
+    assert got[0, 7] == at[0] != plain[0, 7] and torch.equal(got[~d.bool()], plain[~d.bool()])
+    for algo in ("grpo", "toolpo"):
+        with pytest.raises(ValueError, match="algo slca"):
+            token_advantages(algo, scores, [[]] * 4, batch, keep, gids, decision=d)

@@ -21,3 +21,14 @@ def test_the_wrong_argument_sits_inside_the_call_so_slca_does_not_see_k():
         slca = [bonus_sim.run("slca", k, 0.03, s, arg=True) for k in (0, 1)]
         grpo = [sum(bonus_sim.run("grpo", k, 0.03, s, arg=True)[40:]) / 20 for k in (0, 1)]
         assert slca[0] == slca[1] and grpo[1] > grpo[0] + 0.3
+
+
+def test_decision_credit_takes_k_out_of_the_call_choice():
+    """Eq. 15 in the toy: both branches of the call choice are paid Â_tool, so the summary reaches
+    it only through the optimizer's shared scale (Adam's one second moment, which the `state`
+    choice's Â_sum gradient enters): the K = 2 - K = 0 effect is near zero, far below SLCA's."""
+    last = lambda r: sum(r[40:]) / len(r[40:])  # noqa: E731
+    for s in range(2):
+        dec = [last(bonus_sim.run("slca-decision", k, 0.03, s)) for k in (0, 2)]
+        slca = [last(bonus_sim.run("slca", k, 0.03, s)) for k in (0, 2)]
+        assert abs(dec[1] - dec[0]) < 0.02 and slca[1] - slca[0] > 0.3 and dec[0] < 0.5, (dec, slca)

@@ -271,3 +271,35 @@ def test_gradient_isolation_slca_vs_grpo():
     # GRPO: the same change moves both
     assert not torch.allclose(grpo(r_tool, r_sum, tool), grpo(r_tool, r_sum2, tool))
     assert not torch.allclose(grpo(r_tool, r_sum, summ), grpo(r_tool2, r_sum, summ))
+
+
+def test_decision_credit_isolates_the_decision_from_the_summary_reward():
+    """Eq. 15 through a model's gradient: with the decision tokens paid Â_tool, no change to R_sum
+    moves the gradient on a tool token or a decision token, and no change to R_tool moves it on the
+    other summary tokens; under Eq. 8 the same change to R_sum does move the decision tokens'."""
+    from advantage import route_decision
+    from segment import decision_mask
+    model, (ids, mask) = Tiny(), batch(seed=3)
+    tool, summ, tp, sp = segment_masks(mask)
+    d = decision_mask(mask, ids, lambda x: "".join("<" if i == 6 else "x" for i in x))  # id 6 opens like a call
+    assert d.sum() > tp.sum() - 1 and (d.sum(1) > 0).tolist() == tp.tolist()
+    gids = torch.arange(8) // 4
+    g = torch.Generator().manual_seed(2)
+    r_tool, r_sum, r_sum2, r_tool2 = (torch.rand(8, generator=g, dtype=torch.float64) for _ in range(4))
+    with torch.no_grad():
+        lp = model.logp(ids)
+    old = lp + 0.2 * torch.randn(ids.shape, generator=g, dtype=torch.float64)
+    n = int(mask.sum())
+
+    def slca(rt, rs, seg_mask, decision=True):
+        at, asum = slca_advantages(rt, rs, tp, sp, gids)
+        A = route(at, asum, tool, summ)
+        return grads(model, ids, seg_mask, route_decision(A, at, d) if decision else A, old, lp, 1, n)
+
+    tool_side, rest = tool + d, summ - d
+    g_tool = slca(r_tool, r_sum, tool_side)
+    assert g_tool.abs().sum() > 0 and torch.equal(g_tool, slca(r_tool, r_sum2, tool_side))
+    g_rest = slca(r_tool, r_sum, rest)
+    assert g_rest.abs().sum() > 0 and torch.equal(g_rest, slca(r_tool2, r_sum, rest))
+    assert not torch.allclose(slca(r_tool, r_sum, d), slca(r_tool2, r_sum, d))          # the decision follows R_tool
+    assert not torch.allclose(slca(r_tool, r_sum, d, False), slca(r_tool, r_sum2, d, False))  # Eq. 8: it follows R_sum

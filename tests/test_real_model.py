@@ -27,7 +27,7 @@ from lib.logprobs import token_logprobs
 from lib.sampler import sample
 from rollout import collate, generate, prompt_ids, stop_ids, stop_text, tool_turn_ids
 from lib.chat import chat_ids
-from segment import CLOSE
+from segment import CLOSE, decision_mask
 from lib.chat import tools_prompt
 
 pytestmark = pytest.mark.real_model
@@ -97,6 +97,22 @@ def test_observations_enter_as_a_hermes_user_turn(smol):
     ids = tool_turn_ids(tok, ['{"t": 21}', "two"], ended_on_eos=False)
     assert tok.decode(ids) == ("<|im_end|>\n<|im_start|>user\n<tool_response>\n{\"t\": 21}\n</tool_response>\n"
                                "<tool_response>\ntwo\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_decision_tokens_under_smollm2s_tokenizer(smol):
+    """SmolLM2 splits <tool_call> into '<' 'tool' '_' 'call' '>': an answer opening with a word decides
+    at its first token, one opening with '<b>' at 'b' (two tokens), a last turn that opens a call
+    takes the opener's five (README Eq. 15)."""
+    _, tok = smol
+    enc = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    call = enc('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+    obs = tool_turn_ids(tok, ['{"t": 21}'], ended_on_eos=False)
+    assert [tok.decode([i]) for i in call[:5]] == ["<", "tool", "_", "call", ">"]
+    for last, want in (("It is 21 degrees in Paris.", 1), ("<b>21 degrees</b>", 2), (tok.decode(call), 5)):
+        turn = enc(last)
+        ids = torch.tensor([call + obs + turn])
+        d = decision_mask(torch.tensor([[1] * len(call) + [0] * len(obs) + [1] * len(turn)]), ids, tok.decode)
+        assert d.nonzero()[:, 1].tolist() == list(range(len(call) + len(obs), len(call) + len(obs) + want))
 
 
 def test_close_tag_stops_by_text_whatever_its_ids(smol, monkeypatch):

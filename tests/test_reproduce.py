@@ -201,6 +201,53 @@ def test_powered_reading_follows_the_pre_registration():
     assert "-> FAILED" in text and "(a) grpo: INCONCLUSIVE (the manipulation check failed)" in text
 
 
+def test_decision_arm_reading_follows_the_pre_registration():
+    """decision_checks (docs/diagnostic.md §3): (c) below SLCA's effect, paired; (d) not above 0."""
+    def run(last):
+        c = {"summary": 0.2, "process": -0.05, "decision": 0.1, "groups": 3}
+        return {"last": last, "after": {"redundant": last}, "before": {"redundant": [0.4] * 4}, "early": [c] * 4,
+                "whole": [c] * 4}
+    res = {"slca-half-k0": run([0.30, 0.32, 0.28, 0.30]), "slca-half-k2": run([0.60, 0.50, 0.70, 0.40]),
+           "grpo-half-k0": run([0.45, 0.40, 0.50, 0.44]), "grpo-half-k2": run([0.85, 0.78, 0.92, 0.80]),
+           "slca-decision-half-k0": run([0.20, 0.22, 0.18, 0.20]), "slca-decision-half-k2": run([0.21, 0.21, 0.19, 0.20])}
+    text = "\n".join(reproduce.powered(res))
+    assert "Primary: slca-decision, K=2 - K=0 paired by seed: +0.002 (per seed +0.010, -0.010, +0.010, +0.000" in text
+    assert "(c) slca's effect - slca-decision's, paired: +0.247" in text and "below SLCA's effect (t at" in text
+    assert "(d) slca-decision's effect above 0? not above 0" in text and "equal in every seed" in text
+    assert "Credit gap at the decision token, slca-decision-half-k2" in text
+    res["slca-decision-half-k2"] = run([0.50, 0.52, 0.58, 0.50])  # as large as SLCA's and above 0
+    text = "\n".join(reproduce.powered(res))
+    assert "(c) slca's effect - slca-decision's, paired: -0.075" in text and "FALSIFIED: not shown below" in text
+    assert "(d) slca-decision's effect above 0? FALSIFIED: t at or above" in text
+    res["grpo-half-k2"]["before"] = {"redundant": [0.4, 0.4, 0.4, 0.41]}  # another SFT start in seed 3
+    assert "NOT equal in every seed" in "\n".join(reproduce.powered(res))
+
+
+def test_a_third_arm_runs_beside_kept_arms(tmp_path):
+    """--powered --arms slca-decision --kept REPORT: only the new arm runs (train.py --decision-credit tool);
+    the kept arms come from the report for this invocation's seeds; refusals name the file."""
+    out = tmp_path / "powered"
+    run = lambda *more: reproduce.main(["--size", "toy", "--jobs", "1", "--powered", "--world-scale", "0.05",  # noqa: E731
+                                        "--out", str(out), *more, "--", "--eval-limit", "4", "--steps", "2"])
+    base = run("--seeds", "0", "1")
+    (out / "powered.json").rename(tmp_path / "base.json")
+    res = run("--seeds", "1", "--arms", "slca-decision", "--kept", str(tmp_path / "base.json"))
+    assert sorted(res) == ["grpo-half-k0", "grpo-half-k2", "slca-decision-half-k0", "slca-decision-half-k2",
+                           "slca-half-k0", "slca-half-k2"]
+    assert res["grpo-half-k2"]["last"] == base["grpo-half-k2"]["last"][1:] and res["grpo-half-k2"]["seeds"] == [1]
+    cfg = json.loads((out / "slca-decision-half-k2-s1" / "config.json").read_text())
+    assert cfg["decision_credit"] == "tool" and cfg["algo"] == "slca"
+    assert not (out / "slca-decision-half-k2-s0").exists()
+    assert f"slca-half-k2, grpo-half-k2 kept from {tmp_path / 'base.json'}" in (out / "powered.md").read_text()
+    for bad, why in (("{", "not a results file"), ('{"powered": true, "results": {}}', "no arm of --powered"),
+                     ('{"bonus": [0], "results": {}}', "no arm of --powered")):
+        (tmp_path / "bad.json").write_text(bad)
+        with pytest.raises(SystemExit, match=why):
+            run("--seeds", "1", "--arms", "slca-decision", "--kept", str(tmp_path / "bad.json"))
+    with pytest.raises(SystemExit, match=r"seeds \[2\] are not in it"):
+        run("--seeds", "2", "--arms", "slca-decision", "--kept", str(tmp_path / "base.json"))
+
+
 def test_paired_t_on_the_issues_hand_computed_case():
     """GRPO's held-out K1 - K0 per seed (README): +0.111, +0.083, +0.222 -> mean +0.139, SD of the
     differences 0.0735, SE 0.0735 / sqrt(3) = 0.0424, t = 3.27, df 2, critical 2.920 (one-sided 0.05)."""

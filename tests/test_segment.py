@@ -212,3 +212,65 @@ def test_json_depth_bound_can_be_raised_and_deep_values_survive_the_pipeline():
     for bad in (0, lib.text.MAX_SAFE_DEPTH + 1):
         with pytest.raises(ValueError, match="1..256"):
             lib.text.set_json_depth(bad)
+
+
+# --------------------------------------------------------------------------------------------
+# the decision tokens of README Eq. 15 (segment.decision_mask)
+# --------------------------------------------------------------------------------------------
+from segment import DECISION_WINDOW, decision_mask  # noqa: E402
+
+PIECES = {0: "obs", 1: "<tool_call>", 2: "{}", 3: "</tool_call>", 4: "The", 5: " answer", 6: "<", 7: "tool",
+          8: "_call>", 9: "b", 10: "\n", 11: ""}
+
+
+def pieces(ids):
+    return "".join(PIECES[i] for i in ids)
+
+
+def test_decision_is_where_the_summary_turn_leaves_the_opener():
+    ids = torch.tensor([[1, 2, 3, 0, 0, 4, 5, 5],      # one-token opener, answer opens with "The": 1 token
+                        [1, 2, 3, 0, 0, 6, 9, 5],      # '<' then 'b': '<' is the opener's too, 'b' departs: 2
+                        [6, 7, 8, 2, 3, 0, 10, 4],     # a call spelled in pieces, then '\n' (dropped) and 'The'
+                        [4, 5, 5, 5, 0, 0, 0, 0],      # no tool segment: no decision (the omission rule prices it)
+                        [1, 2, 3, 0, 6, 7, 8, 2]])     # a capped rollout's last run opens a call: the opener's 3
+    m = torch.tensor([[1, 1, 1, 0, 0, 1, 1, 1],
+                      [1, 1, 1, 0, 0, 1, 1, 1],
+                      [1, 1, 1, 1, 1, 0, 1, 1],
+                      [1, 1, 1, 1, 0, 0, 0, 0],
+                      [1, 1, 1, 0, 1, 1, 1, 1]])
+    want = torch.tensor([[0, 0, 0, 0, 0, 1, 0, 0],
+                         [0, 0, 0, 0, 0, 1, 1, 0],
+                         [0, 0, 0, 0, 0, 0, 1, 1],
+                         [0, 0, 0, 0, 0, 0, 0, 0],
+                         [0, 0, 0, 0, 1, 1, 1, 0]])
+    d = decision_mask(m, ids, pieces)
+    assert torch.equal(d, want) and d.dtype == m.dtype
+    _, summary, _, _ = segment_masks(m)
+    assert (d <= summary).all()                         # always inside the summary segment
+
+
+def test_decision_is_bounded_on_hostile_text():
+    """Whitespace or empty pieces never settle the decision: it stops at DECISION_WINDOW tokens
+    (or the run's end) and reads no more of the turn."""
+    T = 3 + 200
+    ids = torch.tensor([[1, 2, 3] + [10] * 100 + [11] * 100])
+    m = torch.tensor([[1, 1, 1, 0] + [1] * (T - 4)])
+    seen = []
+    d = decision_mask(m, ids, lambda x: seen.append(len(x)) or pieces(x))
+    assert int(d.sum()) == DECISION_WINDOW and max(seen) == DECISION_WINDOW
+    short = torch.tensor([[1, 1, 1, 0, 1, 1, 0, 0]])   # a 2-token summary run of whitespace: both, no more
+    assert torch.equal(decision_mask(short, torch.tensor([[1, 2, 3, 0, 10, 10, 4, 4]]), pieces),
+                       torch.tensor([[0, 0, 0, 0, 1, 1, 0, 0]]))
+
+
+def test_decision_on_the_demo_tokenizer():
+    """The demo's BPE keeps <tool_call> one id: the decision is the summary turn's first token."""
+    from lib.tiny import build_tokenizer
+    tok = build_tokenizer(["The weather in Paris is sunny.", '<tool_call>\n{"name": "w"}\n</tool_call>'] * 4)
+    call = tok('<tool_call>\n{"name": "w"}\n</tool_call>', add_special_tokens=False)["input_ids"]
+    answer = tok("The weather in Paris is sunny.", add_special_tokens=False)["input_ids"]
+    assert call[0] == tok.convert_tokens_to_ids("<tool_call>")
+    ids = torch.tensor([call + [0] + answer])
+    m = torch.tensor([[1] * len(call) + [0] + [1] * len(answer)])
+    d = decision_mask(m, ids, tok.decode)
+    assert d.nonzero()[:, 1].tolist() == [len(call) + 1]

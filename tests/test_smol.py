@@ -37,6 +37,26 @@ def test_paired_statistics_by_hand():
 
 
 
+def test_decision_arm_against_slca_per_prompt(tmp_path):
+    """report(): slca-decision - slca after RL per seed and pooled, tool turns on the single-step and
+    irrelevant prompts only (a multi-step prompt's extra turn is left out), by hand."""
+    kinds = ["irrelevant", "single_step_parallel", "multi_step_all_serial", "single_step_single_tool"]
+    rows = lambda ps, turns: [{"id": i, "process": p, "tool_turns": t, "parallel_type": k, "score": p, "name": 1,  # noqa: E731
+                               "key": 1, "value": 1, "format": 1, "score_norm": p, "summary": 0.5}
+                              for i, (p, t, k) in enumerate(zip(ps, turns, kinds))]
+    before = rows([0.5, 0.95, 0.2, 0.9], [1, 1, 2, 1])
+    runs = {"slca-s0": rows([0.95, 0.95, 0.2, 0.9], [2, 2, 2, 1]), "slca-decision-s0": rows([0.95, 0.95, 0.9, 0.9], [1, 1, 3, 1]),
+            "slca-s1": rows([0.95, 0.5, 0.95, 0.9], [2, 1, 2, 2]), "slca-decision-s1": rows([0.95, 0.95, 0.95, 0.9], [1, 1, 2, 1])}
+    smol.report(str(tmp_path), before, runs, {})
+    res = json.load(open(tmp_path / "table.json"))
+    pair = res["pairs"]["slca-decision - slca"]
+    assert pair["0"]["early_turns"]["mean"] == pytest.approx(-2 / 3) and pair["1"]["early_turns"]["mean"] == pytest.approx(-2 / 3)
+    assert pair["pooled"]["early_turns"]["mean"] == pytest.approx(-2 / 3) and pair["pooled"]["early_turns"]["n"] == 3
+    assert pair["pooled"]["success"]["mean"] == 0.25 and "slca - grpo" not in res["pairs"]
+    assert res["pooled"]["slca"]["early_turns"]["mean"] == pytest.approx(2 / 3)  # "slca-decision" runs not counted as slca
+    assert res["pooled"]["slca-decision"]["early_turns"]["mean"] == 0
+
+
 def weather(tmp_path):
     """2 SFT conversations that make one get_weather call, and 2 RL prompts of that kind (the shipped world's)."""
     sft = [json.loads(line) for line in open(os.path.join(ROOT, "data/world/sft.jsonl"))]

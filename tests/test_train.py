@@ -103,6 +103,8 @@ def test_one_rl_step_changes_weights_and_logs_every_field(world):
     (["--hierr-weights", "1", "0", "0", "0", "-1"], "--hierr-weights"),
     (["--algo", "grpo", "--turn-credit", "0.5"], "--turn-credit"),
     (["--turn-credit", "-1"], "--turn-credit"),
+    (["--algo", "grpo", "--decision-credit", "tool"], "--decision-credit tool moves a token"),
+    (["--decision-credit", "both"], "--decision-credit"),
 ])
 def test_bad_flags_name_the_flag(argv, flag, capsys, monkeypatch):
     def offline():
@@ -684,6 +686,49 @@ def test_turn_credit_zero_is_slca_bit_for_bit_and_a_half_trains_otherwise(tmp_pa
             rows = [r for r in logged[name] if r["step"] == step]
             assert m["turn_conflict"] == pytest.approx(turn_conflict_loop(rows)), (name, step)
     assert runs["grpo"][0]["turn_conflict"] == runs["off"][0]["turn_conflict"]  # the same first rollouts
+
+
+@pytest.mark.slow
+def test_decision_credit_summary_is_the_default_bit_for_bit_and_tool_pays_the_stop_with_the_tool_advantage(
+        tmp_path, monkeypatch):
+    """train.main with --decision-credit (README Eq. 15): summary is the run without the flag, every
+    logged number and the final weights; tool trains on Â_tool at each summary turn's first token (the
+    demo's BPE keeps <tool_call> one id, so the answer's first id decides) and Eq. 8 everywhere else."""
+    scripted_sampling(monkeypatch)
+    seen = []
+    real = train.token_advantages
+
+    def spy(*args, **kw):
+        A = real(*args, **kw)
+        seen.append((A, args[3]["summary_mask"].clone(), args[12]))  # train.py passes decision 13th
+        return A
+    monkeypatch.setattr(train, "token_advantages", spy)
+    argv = ["--data", two_step_world(tmp_path), "--sft-data", "", "--eval-data", "", "--tiny-size", "32", "1", "2",
+            "--steps", "2", "--group-size", "4", "--prompts-per-step", "2", "--mini-batch", "1",
+            "--max-turns", "3", "--lr", "1e-3", "--old-logprobs", "recompute"]
+    timing = ("rollout_tok_s", "train_tok_s", "t_rollout", "t_train", "elapsed")
+    runs, logged, finals, steps = {}, {}, {}, {}
+    from transformers import AutoModelForCausalLM
+    for name, extra in (("off", []), ("summary", ["--decision-credit", "summary"]), ("tool", ["--decision-credit", "tool"])):
+        out = tmp_path / name
+        seen.clear()
+        train.main(argv + extra + ["--out", str(out)])
+        steps[name] = list(seen)
+        runs[name] = [{k: v for k, v in json.loads(l).items() if k not in timing} for l in open(out / "metrics.jsonl")]
+        logged[name] = [json.loads(l) for l in open(out / "rollouts.jsonl")]
+        finals[name] = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
+    assert runs["off"] == runs["summary"] and logged["off"] == logged["summary"]
+    assert all(torch.equal(v, finals["summary"][k]) for k, v in finals["off"].items())
+    assert all(d is None for _, _, d in steps["off"] + steps["summary"])
+    A_off, summary, _ = steps["off"][0]
+    A, summary_tool, d = steps["tool"][0]
+    assert torch.equal(summary, summary_tool)                             # the same first rollouts
+    first = summary.bool() & ~torch.cat([torch.zeros_like(summary[:, :1]), summary[:, :-1]], 1).bool()  # (B, L)
+    assert torch.equal(d.bool(), first)                                   # every row has a tool segment here
+    adv_tool = torch.tensor([r["adv_tool"] for r in logged["tool"] if r["step"] == 0])
+    assert torch.allclose(A[d.bool()], adv_tool, atol=1e-6) and torch.equal(A[~d.bool()], A_off[~d.bool()])
+    assert not torch.equal(A, A_off)
+    assert any(not torch.equal(v, finals["tool"][k]) for k, v in finals["off"].items())
 
 
 def test_turn_table_presence_needs_one_run_per_turn():
