@@ -24,8 +24,8 @@ Guards: RL rows on which no reward can be earned are refused before anything is 
 rollout that lost a tool or judge answer to the network is dropped from the loss (--keep-failed keeps it) and a
 step past --max-fail-rate stops the run; a non-finite update is skipped, --max-bad-updates in a row stop it.
 
-Outputs in --out (docs/training.md): config.json, metrics.jsonl, rollouts.jsonl, eval.jsonl (eval.evaluate's
-before/after rows), sft/, ckpt/step-N/ and final/. --resume continues from the newest checkpoint that reads
+Outputs in --out (docs/training.md): config.json, metrics.jsonl, rollouts.jsonl, credit.jsonl (a few groups'
+token ids a step: scripts/credit.py), eval.jsonl (eval.evaluate's before/after rows), sft/, ckpt/step-N/, final/. --resume continues from the newest checkpoint that reads
 back; SIGTERM or SIGINT checkpoints and exits. Under torchrun (lib/parallel.py) each rank takes an equal share
 of the step's prompts with all G rollouts of each, and rank 0 alone prints and writes. LoRA: --lora-r (lib/lora.py).
 """
@@ -149,7 +149,7 @@ def old_and_ref_logprobs(model, ref, batch, a):
 
 def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     """One rollout batch (this rank's prompts, G rollouts each) and its PPO update. Returns
-    (metrics over all ranks, rollouts, scores, per-turn rewards, (adv_tool, adv_sum), bad-update count)."""
+    (metrics over all ranks, rollouts, scores, per-turn rewards, (adv_tool, adv_sum, keep), bad-update count)."""
     G = a.group_size
     groups = [g for g in group_ids for _ in range(G)]
     model.eval()
@@ -192,7 +192,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     m, tot = loop.step_metrics(step, rs, scores, batch, stats, sums, sim_fail, judge_fail, bad, t_roll, t_train,
                                a.ppo_epochs)
     loop.check_failures(tot, a.max_fail_rate, step, a.sim_url or a.sim_model, a.judge_url or a.judge_model)
-    return m, rs, scores, turn_r, slca[:2], bad
+    return m, rs, scores, turn_r, (*slca[:2], keep), bad
 
 
 # ---------------------------------------------------------------------------------------------

@@ -159,7 +159,7 @@ class Logs:
         """Cut the logs back to `marks` (their lengths at the point the run resumes from): what
         was logged after it is redone. None (a checkpoint of an older version): appended as is."""
         for k, f in self.files.items() if marks else ():
-            if os.fstat(f.fileno()).st_size > marks[k]:
+            if k in marks and os.fstat(f.fileno()).st_size > marks[k]:  # a log the checkpoint's version did not write: kept
                 with writing(f.name):
                     f.truncate(marks[k])
                     f.seek(0, os.SEEK_END)

@@ -13,7 +13,10 @@ from lib.data import data_order
 from lib.parallel import all_sum, gather, read_json, resume_point, set_rng_state, world
 from lib.text import take_unencodable
 
-LOGS = ("metrics", "rollouts", "eval")  # <out>/<name>.jsonl
+LOGS = ("metrics", "rollouts", "eval", "credit")  # <out>/<name>.jsonl
+CREDIT_GROUPS = 2  # groups a step (per rank) whose token ids, masks and rewards go to credit.jsonl (scripts/credit.py)
+CREDIT_KEYS = ("format", "name", "key", "value", "parallel", "process", "summary", "score", "omission", "r_tool",
+               "r_sum", "r_succ", "r_action")  # the rewards advantage.py reads, and Eq. 2's parts
 STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's stop reasons
 SCORE_KEYS = ("format", "name", "key", "value", "parallel", "process", "summary", "score", "omission",
               "r_tool", "r_sum", "tool_turns", "length")  # per-rollout scores averaged into each RL step's metrics
@@ -95,15 +98,23 @@ def step_metrics(step, rs, scores, batch, stats, sums, sim_fail, judge_fail, bad
 
 
 def log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, show):
-    """Log the step's metrics and every rollout (gathered from all ranks), print a line and `show` rollouts."""
+    """Log the step's metrics and every rollout (gathered from all ranks), the token ids of the
+    first CREDIT_GROUPS groups of each rank (credit.jsonl), print a line and `show` rollouts.
+    advs: SLCA's (adv_tool, adv_sum) and which rollouts entered the group statistics, (B,) each."""
     logs.write(m)
-    at, asum = advs
+    at, asum, keep = advs
     rows = [{"step": step, "group": r.group, "question": r.task.question, "turns": r.turns, "stop": r.stop,
              **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum", "redundant") if k in s},
              "r_turn": turn_r[i], "adv_tool": float(at[i]), "adv_sum": float(asum[i])}
             for i, (r, s) in enumerate(zip(rs, scores))]
     for row in gather(rows):
         logs.write(row, "rollouts")
+    shown = sorted({r.group for r in rs})[:CREDIT_GROUPS]
+    credit = [{"step": step, "group": r.group, "question": r.task.question, "prompt": r.prompt, "ids": r.ids,
+               "mask": r.mask, "keep": bool(keep[i]), "rewards": {k: s[k] for k in CREDIT_KEYS if k in s},
+               "r_turn": turn_r[i]} for i, (r, s) in enumerate(zip(rs, scores)) if r.group in shown]
+    for row in gather(credit):
+        logs.write(row, "credit")
     if main_rank:
         tqdm.write(f"step {step}: score {m['score']:.3f} process {m['process']:.3f} summary {m['summary']:.3f} "
                    f"tool_turns {m['tool_turns']:.2f} kl {m['kl']:.4f} clip {m['clip_frac']:.3f} "

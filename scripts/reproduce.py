@@ -749,9 +749,7 @@ def write_outputs(a, argv, out, res, wall, kept):
     return stem, header, text, pngs
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+def parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0 1 2 (--powered, --powered-arg: 0 1 2 3)")
     p.add_argument("--algos", nargs="+", choices=list(ALGOS), default=list(ALGOS))
@@ -782,6 +780,13 @@ def main(argv=None):
     p.add_argument("--out", default="runs/reproduce")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="runs at a time, each in its own process on one thread (1: one after the other, in-process)")
+    return p
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    p = parser()
     a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if sum(x not in (None, False) for x in (a.noise, a.bonus, a.turn_credit, a.powered, a.powered_arg)) > 1:
         p.error("--noise, --bonus, --powered, --powered-arg and --turn-credit are separate experiments: give one")
