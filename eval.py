@@ -21,7 +21,7 @@ from lib import llm
 import rewards
 from lib.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
 from lib.model import load_policy
-from lib.parallel import autocast, bf16_note, cast_once
+from lib.precision import autocast, bf16_note, cast_once
 from rollout import GEN_BATCH, MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, prompt_ids, rollout
 from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
 from simulator import MALFORMED, PARSES, PROMPT, SCHEMA_CHECKS, Simulator
@@ -80,8 +80,8 @@ def evaluate(model, tok, tasks, simulator, judge, batch_size=GEN_BATCH, max_turn
     `max_tool_rounds` 0 = no cap), scored by rewards.score_rollouts with the default HierR weights and
     λ_tool = λ_sum = 1 whatever the training used (`strict`, `gate`, `reward_input` as there). Returns
     (per-task scores, rollouts); metrics(scores) is the table. The caller picks the task set
-    (data.drop_long for the long-prompt filter) and the compute dtype (parallel.autocast, with
-    the weights cast once by parallel.cast_once)."""
+    (data.drop_long for the long-prompt filter) and the compute dtype (precision.autocast, with
+    the weights cast once by precision.cast_once)."""
     rs = rollout(model, tok, tasks, simulator, temperature=0.0, max_turns=max_turns, max_tokens=max_tokens,
                  batch_size=batch_size, max_tool_rounds=max_tool_rounds or None, sampler=sampler)
     return rewards.score_rollouts(rs, judge, strict=strict, gate=gate, tok=tok, reward_input=reward_input), rs

@@ -25,9 +25,10 @@ rollout that lost a tool or judge answer to the network is dropped from the loss
 step past --max-fail-rate stops the run; a non-finite update is skipped, --max-bad-updates in a row stop it.
 
 Outputs in --out (docs/training.md): config.json, metrics.jsonl, rollouts.jsonl, credit.jsonl (a few groups'
-token ids a step: scripts/credit.py), eval.jsonl (eval.evaluate's before/after rows), sft/, ckpt/step-N/, final/. --resume continues from the newest checkpoint that reads
-back; SIGTERM or SIGINT checkpoints and exits. Under torchrun (lib/parallel.py) each rank takes an equal share
-of the step's prompts with all G rollouts of each, and rank 0 alone prints and writes. LoRA: --lora-r (lib/lora.py).
+token ids a step: scripts/credit.py), eval.jsonl (eval.evaluate's before/after rows), sft/, ckpt/step-N/, final/.
+--resume continues from the newest checkpoint that reads back; SIGTERM or SIGINT checkpoints and exits. Under
+torchrun (lib/dist.py) each rank takes an equal share of the step's prompts with all G rollouts of each, and rank
+0 alone prints and writes. LoRA: --lora-r (lib/lora.py).
 """
 import os
 import random
@@ -46,14 +47,16 @@ from segment import decision_mask
 from simulator import unrecorded
 from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
 from lib import config, llm, loop, lora, tiny
+from lib.checkpoints import save_checkpoint, save_final
 from lib.data import DataError, drop_long, load_sft, load_tasks
+from lib.dist import (all_sum, barrier, deterministic, end_worker, gather, gathered, leave_dist, rank_prompts, setup_dist,
+                      shard, world)
 from lib.files import Logs
 from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.model import load_policy
 from lib.optim import optimizer_step
-from lib.parallel import (all_sum, autocast, barrier, bf16_note, cast_once, check_folder, deterministic, end_worker,
-                          frozen_cast, gather, gathered, leave_dist, lock, open_run, rank_prompts,
-                          save_checkpoint, save_final, setup_dist, shard, stop_if_asked, stop_requests, world, writing)
+from lib.precision import autocast, bf16_note, cast_once, frozen_cast
+from lib.runfolder import check_folder, lock, open_run, stop_if_asked, stop_requests, writing
 from lib.sft import SFTConfig, warm_start
 from lib.text import set_json_depth, take_unencodable
 from lib.threads import Threads
@@ -156,7 +159,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     take_unencodable()  # from here on: this step's text (prompts, observations)
     t0 = time.time()
     # one process below float32: sampling and the old log-probs read one cast of the weights, made here from
-    # this step's weights and freed before the update (lib.parallel.cast_once; FSDP2 gathers them in bf16)
+    # this step's weights and freed before the update (lib.precision.cast_once; FSDP2 gathers them in bf16)
     with cast_once(model, a.dtype):
         with gathered(model):
             rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, groups, a.temperature, a.max_turns,
@@ -311,7 +314,7 @@ def sft_stage(a, model, tok, convs, logs, threads, got, rank, sft_dir):
 
 
 def load_model(a, rank, tasks, evals, convs):
-    """The policy in float32 (see lib/parallel.autocast): this run's SFT result when there is
+    """The policy in float32 (see lib/precision.autocast): this run's SFT result when there is
     one, else --model, or the tiny demo built once into <out>/base. Prompts over
     --max-prompt-tokens are dropped. Returns (model, tok, tasks, evals, sft_dir, the model's folder)."""
     sft_dir, base_dir = os.path.join(a.out, "sft"), os.path.join(a.out, "base")
@@ -347,7 +350,7 @@ def rl_models(a, model, base):
     """The RL policy and the reference of Eq. 11 (None when β = 0), `base` being the SFT policy's folder
     (or the model's when there is no SFT). With LoRA: a fresh adapter on the SFT policy, and the same
     weights with it off (no second copy); else `model` and the SFT policy loaded frozen, stored the way the
-    policy computes (lib.parallel.frozen_cast: one process's matmul weights in the compute dtype, the rest float32)."""
+    policy computes (lib.precision.frozen_cast: one process's matmul weights in the compute dtype, the rest float32)."""
     if a.lora_r:
         model = adapter(a, model)
         lora.base_folder(model, base, os.path.join(a.out, "final"))

@@ -11,7 +11,10 @@
     lib/llm.py       frozen-LLM clients (in-process and OpenAI-compatible HTTP) and the LLM judge
     lib/logprobs.py  token log-probs: the plain full-sequence pass and the shared-prompt pass
     lib/sampler.py   rollout.py's cache-reusing sampler (--sampler cached): KV caches kept across turns
-    lib/parallel.py  torchrun / FSDP2, checkpoints, resume, the run folder
+    dist.py         torchrun / FSDP2: the process group, sharding, collectives
+    precision.py    the compute dtype: autocast and the casts of the weights
+    runfolder.py    the run folder: the lock, failed writes, open/resume checks, stop signals
+    checkpoints.py  checkpoints: save, resume, the final model
     lib/sft.py       the warm start (supervised fine-tuning on the loss mask)
     loop.py      the RL loop's plumbing: the plan line, the RL state, the metrics row and log, the guards
     files.py     JSONL result files

@@ -7,7 +7,7 @@ rows of a group (the G rollouts of a prompt) share their longest common prefix: 
 its keys and values are kept (`KeepLayer`) and read by each row's pass over the rest
 (`ReadLayer`), so gradients flow back into the shared prefix; this works under gradient
 checkpointing (`cache_under_checkpointing`) and FSDP2: the trunk passes and the chunked head
-run inside one forward of the root module (`parallel.as_forward`), the only place FSDP2
+run inside one forward of the root module (`dist.as_forward`), the only place FSDP2
 holds its parameters (embeddings, final norm, lm_head) whole, and under several processes
 the ranks agree on one path. Response passes take rows of similar length (`length_chunks`);
 `micro_batches` packs whole groups.
@@ -22,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from lib.parallel import all_sum, as_forward, world
+from lib.dist import all_sum, as_forward, world
 
 
 NO_GRAD_ROWS = 8  # response rows per no-grad pass, sorted by length (little padding); measured on the 10M model,

@@ -10,7 +10,9 @@ import torch
 from tqdm import tqdm
 
 from lib.data import data_order
-from lib.parallel import all_sum, gather, read_json, resume_point, set_rng_state, world
+from lib.checkpoints import resume_point, set_rng_state
+from lib.dist import all_sum, gather, world
+from lib.runfolder import read_json
 from lib.text import take_unencodable
 
 LOGS = ("metrics", "rollouts", "eval", "credit")  # <out>/<name>.jsonl

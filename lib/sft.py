@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from lib.logprobs import token_logprobs
 from lib.optim import optimizer_step
-from lib.parallel import all_sum, gather, world
+from lib.dist import all_sum, gather, world
 from lib.chat import mark, render, template_ids
 from lib.text import take_unencodable
 

@@ -16,7 +16,7 @@ count): its time is printed apart, with the totals of --steps steps at the first
 Before timing, both steps' logits are compared at each context.
 
 --dtype bfloat16 runs the steps as train.py samples in bf16: under autocast on float32 weights,
-each matmul weight cast once beforehand (lib.parallel.cast_once), and adds a third step timed in
+each matmul weight cast once beforehand (lib.precision.cast_once), and adds a third step timed in
 the same loop, `recast`: the cached step on a float32 copy of the model under autocast alone, which
 casts every weight at every step (train.py's sampling before cast_once); `recast/cached` is the
 ratio. The cache stays float32 (what autocast on float32 weights writes: the rotary tables are
@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lib import compiled, sampler, tiny  # noqa: E402
-from lib.parallel import autocast, cast_once  # noqa: E402
+from lib.precision import autocast, cast_once  # noqa: E402
 from lib.data import load_sft, load_tasks  # noqa: E402
 
 SHAPE = (256, 12, 8)  # hidden, layers, heads: scripts/vs_trl.py's "10M"

@@ -45,7 +45,7 @@ SHAPES = {  # Qwen2.5 configs: hidden, intermediate, layers, heads, kv heads, ti
 VOCAB = 151_936        # Qwen2.5's padded vocabulary
 STATE_BYTES = 18       # per parameter: float32 weights, gradients, two AdamW moments (16) + bf16 reference (2)
 REF_EMBED_BYTES = 2    # per embedding parameter in one process: the reference keeps its embeddings float32
-                       # (lib.parallel.frozen_cast), 4 B instead of the 2 counted in STATE_BYTES
+                       # (lib.precision.frozen_cast), 4 B instead of the 2 counted in STATE_BYTES
 BASE_BYTES = 4         # per parameter with LoRA: the frozen float32 base (lib/lora.py)
 ADAPTER_BYTES = 16     # per adapter parameter: float32 weights, gradients, two AdamW moments
 CARDS = (24, 80, 141)  # GB: an RTX 4090 / L4-class card, A100 / H100 80 GB, H200 141 GB (NVIDIA's datasheets)
@@ -174,7 +174,7 @@ def casts(cfg, gpus, gen_batch, micro_batch, response=RESPONSE, bw=BANDWIDTH):
     """The casts of one step's weights to bf16, per GPU: the bytes of the cast copy sampling
     holds, and seconds of their traffic (CAST bytes a weight) at `bw`. One process casts each
     matmul weight (every nn.Linear's: what autocast casts) once for sampling and the old log-probs
-    (lib.parallel.cast_once), then at every forward of the update (a micro-batch's forward and its
+    (lib.precision.cast_once), then at every forward of the update (a micro-batch's forward and its
     checkpointed recompute); FSDP2 casts every parameter's shard before each all-gather: once to
     sample, once per no-grad log-prob pass, twice per micro-batch (forward, backward).
     `per_token_s`: sampling's casts when every decode step cast every weight (before cast_once)."""

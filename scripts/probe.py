@@ -9,7 +9,7 @@ For each shape (Qwen2.5's: hidden, layers, heads, kv heads, MLP width, 151,936-t
 vocabulary, tied embeddings) it builds the model the way train.py does (float32 master
 weights, bf16 autocast, activation checkpointing, a bf16 reference or, with --lora-r, a LoRA
 adapter whose reference is the same weights with it off), samples, on weights cast to bf16 once
-(lib.parallel.cast_once, as train.rl_step), G rollouts for
+(lib.precision.cast_once, as train.rl_step), G rollouts for
 each of --prompts synthetic prompts of --prompt-tokens random ids (exactly --new-tokens
 each; --sampler: Hugging Face `model.generate` as rollout.generate, or lib.sampler.sample with
 each decoding step through the model's forward, "cached", or lib/compiled.py's compiled step,
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lib import compiled  # noqa: E402
 from lib import logprobs  # noqa: E402
 from lib import lora  # noqa: E402
-from lib import parallel  # noqa: E402
+from lib import precision  # noqa: E402
 from lib import sampler  # noqa: E402
 import train  # noqa: E402
 from scripts import plan  # noqa: E402
@@ -105,7 +105,7 @@ def probe(size, p):
     prompt = torch.randint(0, cfg.vocab_size, (p.prompts, T), device=p.device).repeat_interleave(p.group_size, 0)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     times = {}
-    with parallel.autocast(a.dtype, a.device), parallel.cast_once(model, a.dtype):
+    with precision.autocast(a.dtype, a.device), precision.cast_once(model, a.dtype):
         sync()
         t = time.time()
         out, compile_s, t = sample_rows(model, prompt, p, B, sync, t)
@@ -127,7 +127,7 @@ def probe(size, p):
                 refl = lp(ref)
         sync()
         times["old+ref"] = time.time() - t
-    with parallel.autocast(a.dtype, a.device):
+    with precision.autocast(a.dtype, a.device):
         t = time.time()
         train.ppo_update(model, opt, batch, old, refl, A, a, 0)
         sync()

@@ -52,7 +52,7 @@ from the whole conversation, the head on the completion; floor, every row whole,
 pass's head on every position. The rest's floor holds the training forward and backward only.
 
 --dtype bfloat16 runs every system's passes in bf16 on float32 weights (the project and the
-floor under lib.parallel.autocast, TRL with bf16=True and under it too); the project then
+floor under lib.precision.autocast, TRL with bf16=True and under it too); the project then
 recomputes its old log-probs, as train.py does by default below float32 (its --old-logprobs).
 """
 import argparse
@@ -75,7 +75,7 @@ from lib import chat  # noqa: E402
 from lib import tiny  # noqa: E402
 from lib.data import load_sft, load_tasks  # noqa: E402
 from lib.logprobs import share_plan  # noqa: E402
-from lib.parallel import autocast  # noqa: E402
+from lib.precision import autocast  # noqa: E402
 from segment import Call  # noqa: E402
 
 SHAPES = {"demo": (128, 2, 4), "10M": (256, 12, 8)}  # hidden, layers, heads (the demo's: train.py --tiny-size)

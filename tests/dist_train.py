@@ -7,14 +7,14 @@ DIST_RECORD=FOLDER saves each rank's first PPO update to FOLDER/ppo-rank<r>.pt (
 this rank's rollout batch, old and reference log-probs and advantages; and the stats it
 returned), so a one-process update can be run on the same rollouts; DIST_KILL_AFTER=N makes
 rank 0 SIGKILL the torchrun agent (the workers' parent) once checkpoint step-N is complete, as
-`kill -9` of the job would; the workers must then die with it (parallel.die_with_agent)."""
+`kill -9` of the job would; the workers must then die with it (dist.die_with_agent)."""
 import os
 import signal
 import sys
 
 import torch
 
-from lib import parallel
+from lib import dist
 import train
 
 real_update, real_save = train.ppo_update, train.save_checkpoint
@@ -41,4 +41,4 @@ def save_checkpoint(model, opt, out, config, keep, step, order, rank, *rest):
 train.ppo_update, train.save_checkpoint = ppo_update, save_checkpoint
 if __name__ == "__main__":
     train.main(sys.argv[1:])
-    parallel.end_worker()
+    dist.end_worker()

@@ -2,7 +2,7 @@
 test (tests/test_distributed.py): `torchrun --nproc_per_node N tests/dist_update.py OUT`.
 
 Every rank builds the same global batch (4 prompts × G = 2 rollouts, seeded) and keeps the
-rows of its prompts (lib.parallel.rank_prompts); with N > 1 the policy is sharded with FSDP2 on the
+rows of its prompts (lib.dist.rank_prompts); with N > 1 the policy is sharded with FSDP2 on the
 gloo backend. As in train.rl_step, the policy first runs a forward under `gathered` (the
 sampling), then the update. Rank 0 saves (weights, loss, grad norm) of each case in CASES to
 OUT: both loss aggregations on rows of random ids, token-mean on rows whose G rollouts share
@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from lib import parallel
+from lib import checkpoints, dist
 import train
 from helpers import tiny_model
 
@@ -48,20 +48,20 @@ def update(case, rank=0, world=1):
     old = -torch.rand(P * G, L) * resp                                    # (B, L)
     ref = -torch.rand(P * G, L) * resp
     A = torch.randn(P * G, L) * resp
-    rows = [p * G + g for p in parallel.rank_prompts(P, a.mini_batch, rank, world) for g in range(G)]
-    model = parallel.shard(model, a.dtype)
+    rows = [p * G + g for p in dist.rank_prompts(P, a.mini_batch, rank, world) for g in range(G)]
+    model = dist.shard(model, a.dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay, eps=EPS)
-    with parallel.gathered(model), torch.no_grad():                      # as rl_step: sampling, then the update
+    with dist.gathered(model), torch.no_grad():                          # as rl_step: sampling, then the update
         model(input_ids=ids[:1])
     stats, _ = train.ppo_update(model, opt, {k: v[rows] for k, v in batch.items()}, old[rows], ref[rows], A[rows], a, 0)
-    return parallel.full_state(model), stats["loss"], stats["grad_norm"]
+    return checkpoints.full_state(model), stats["loss"], stats["grad_norm"]
 
 
 if __name__ == "__main__":
     a = train.get_args(["--data", "data/world/rl.jsonl", "--device", "cpu"])
-    rank, world, a.device = parallel.setup_dist(a.device)
+    rank, world, a.device = dist.setup_dist(a.device)
     out = {case: update(case, rank, world) for case in CASES}
     if rank == 0:
         torch.save(out, sys.argv[1])
-    parallel.leave_dist()
-    parallel.end_worker()
+    dist.leave_dist()
+    dist.end_worker()

@@ -8,7 +8,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from lib import tiny
-from lib.parallel import native_bf16
+from lib.precision import native_bf16
 
 CORPUS = ['{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}',
           "The weather in Paris is 21 degrees and sunny. The answer is 42.",

@@ -27,12 +27,13 @@ import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file
 
 import dist_update
-from lib import logprobs, parallel
+from lib import logprobs
 import train
 from helpers import tiny_model
 from runs import same
 from lib.model import load_policy
-from lib.parallel import autocast
+from lib.checkpoints import Shards
+from lib.precision import autocast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LR = 1e-2  # tests/dist_update.py's --lr
@@ -144,7 +145,7 @@ def test_torchrun_train_py_float32_first_update_equals_one_process(straight):
     assert one["grad_norm"] > 0 and abs(one["grad_norm"] - two["grad_norm"]) < 1e-4 * one["grad_norm"]
     start = load_policy(str(out / "sft"))[0].state_dict()
     saved = {"model": {k: torch.empty_like(v) for k, v in start.items()}}  # after step 0: the shards, whole
-    dcp.load(saved, storage_reader=parallel.Shards(str(out / "ckpt" / "step-1" / "shards")), no_dist=True)
+    dcp.load(saved, storage_reader=Shards(str(out / "ckpt" / "step-1" / "shards")), no_dist=True)
     saved = saved["model"]
     assert any((weights[k] - start[k]).abs().max() > 5e-5 for k in start)  # the step moved the weights
     for k, v in saved.items():

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import eval as E
-import lib.parallel
+import lib.precision
 from lib import evalcli
 from lib.files import append_jsonl, read_jsonl
 import bench.__main__ as B
@@ -437,7 +437,7 @@ def test_toucan_cli_refuses_another_models_file(tiny_dir, tmp_path):
 
 
 def test_toucan_cli_says_when_bf16_is_emulated(tiny_dir, tmp_path, monkeypatch, capsys):
-    """eval.py's one-line note (lib.parallel.bf16_note) under --dtype bfloat16 on a CPU without native bf16,
+    """eval.py's one-line note (lib.precision.bf16_note) under --dtype bfloat16 on a CPU without native bf16,
     printed before the model loads; none when the CPU has it or the dtype is float32."""
     class Loading(Exception):
         pass
@@ -446,7 +446,7 @@ def test_toucan_cli_says_when_bf16_is_emulated(tiny_dir, tmp_path, monkeypatch, 
         raise Loading
     monkeypatch.setattr(E, "load_policy", load)
     for native, dtype in [(False, "bfloat16"), (True, "bfloat16"), (False, "float32")]:
-        monkeypatch.setattr(lib.parallel, "native_bf16", lambda device, n=native: n)
+        monkeypatch.setattr(lib.precision, "native_bf16", lambda device, n=native: n)
         with pytest.raises(Loading):
             E.main(["toucan", "--model", tiny_dir, "--dtype", dtype, "--device", "cpu", "--limit", "1",
                     "--out", str(tmp_path / f"{dtype}-{native}.jsonl")])

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 import train
-from lib import lora, parallel
+from lib import dist, lora
 from lib.model import load_policy
 from helpers import write_world
 from runs import ARGS, killed_then_resumed, run, same
@@ -174,7 +174,7 @@ def test_torchrun_with_lora_is_refused_in_one_line(capsys, monkeypatch):
         train.get_args(["--lora-r", "8", "--mini-batch", "2"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.endswith("--lora-r runs in one process: torchrun (FSDP2) with LoRA is not supported")
-    assert parallel.world() == 1
+    assert dist.world() == 1
 
 
 def test_plan_counts_lora_as_the_float32_base_and_the_adapters():

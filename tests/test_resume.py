@@ -20,7 +20,7 @@ import time
 import pytest
 import torch
 
-from lib import parallel
+from lib import checkpoints, dist, runfolder
 from helpers import tiny_model
 from runs import ARGS, SIGNAL_ITSELF, killed_then_resumed, logged, run, same, weights
 
@@ -179,7 +179,7 @@ def test_the_shared_prompt_backward_is_bit_identical_at_two_threads():
     keys and values adds the rows in thread order, unless train.py's deterministic mode is on."""
     from lib.logprobs import token_logprobs
     was, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
-    parallel.deterministic("cpu")
+    dist.deterministic("cpu")
     torch.set_num_threads(2)
     try:
         model = tiny_model().train()
@@ -199,56 +199,56 @@ def test_the_shared_prompt_backward_is_bit_identical_at_two_threads():
 
 
 def test_shard_metadata_is_read_through_an_allowlist(tmp_path):
-    """A sharded checkpoint's .metadata is a pickle (torch.distributed.checkpoint's): parallel.Shards
+    """A sharded checkpoint's .metadata is a pickle (torch.distributed.checkpoint's): checkpoints.Shards
     reads dcp's own (written here in one process) but refuses one that would call anything else,
     and names a garbled one."""
     import pickle
     import torch.distributed.checkpoint as dcp
     path, state = tmp_path / "shards", tiny_model().state_dict()
     dcp.save({"model": state}, checkpoint_id=str(path), no_dist=True)
-    md = parallel.Shards(str(path)).read_metadata()
+    md = checkpoints.Shards(str(path)).read_metadata()
     assert {k: tuple(v.size) for k, v in md.state_dict_metadata.items()} == {f"model.{k}": v.shape for k, v in state.items()}
 
     class Evil:
         def __reduce__(self):
             return os.system, (f"touch {tmp_path / 'ran'}",)
     (path / ".metadata").write_bytes(pickle.dumps(Evil()))
-    with pytest.raises(parallel.Unusable, match=r"\.metadata cannot be read back \(\d+ bytes; UnpicklingError: posix\.system is not allowed"):
-        parallel.Shards(str(path)).read_metadata()
+    with pytest.raises(runfolder.Unusable, match=r"\.metadata cannot be read back \(\d+ bytes; UnpicklingError: posix\.system is not allowed"):
+        checkpoints.Shards(str(path)).read_metadata()
     assert not (tmp_path / "ran").exists()
     # a dotted name reaches through an allowed module into its imports (pickle protocol 4 follows dots)
     module, name, cmd = b"torch.distributed.checkpoint.metadata", b"os.system", f"touch {tmp_path / 'ran'}".encode()
     u = lambda b: pickle.SHORT_BINUNICODE + bytes([len(b)]) + b  # noqa: E731
     (path / ".metadata").write_bytes(b"\x80\x04" + u(module) + u(name) + pickle.STACK_GLOBAL + u(cmd) + pickle.TUPLE1
                                      + pickle.REDUCE + pickle.STOP)
-    with pytest.raises(parallel.Unusable, match=r"UnpicklingError: torch\.distributed\.checkpoint\.metadata\.os\.system is"):
-        parallel.Shards(str(path)).read_metadata()
+    with pytest.raises(runfolder.Unusable, match=r"UnpicklingError: torch\.distributed\.checkpoint\.metadata\.os\.system is"):
+        checkpoints.Shards(str(path)).read_metadata()
     assert not (tmp_path / "ran").exists()
     # metadata that is dcp's own classes but points outside the folder, or at a "bytes" entry (a full unpickle)
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata
     for bad in ("path", "bytes"):
         dcp.save({"model": state}, checkpoint_id=str(path), no_dist=True)
-        md = parallel.Shards(str(path)).read_metadata()
+        md = checkpoints.Shards(str(path)).read_metadata()
         if bad == "path":
             info = next(iter(md.storage_data.values()))
             info.relative_path = "../../elsewhere.distcp"
             (path / ".metadata").write_bytes(pickle.dumps(md))
-            with pytest.raises(parallel.Unusable, match=r"describes more than tensors in its own shard files"):
-                parallel.Shards(str(path)).read_metadata()
+            with pytest.raises(runfolder.Unusable, match=r"describes more than tensors in its own shard files"):
+                checkpoints.Shards(str(path)).read_metadata()
         else:
             md.state_dict_metadata["model.extra"] = BytesStorageMetadata()
             (path / ".metadata").write_bytes(pickle.dumps(md))
-            with pytest.raises(parallel.Unusable, match=r"BytesStorageMetadata is not allowed"):
-                parallel.Shards(str(path)).read_metadata()
+            with pytest.raises(runfolder.Unusable, match=r"BytesStorageMetadata is not allowed"):
+                checkpoints.Shards(str(path)).read_metadata()
     garble(path / ".metadata")
-    with pytest.raises(parallel.Unusable, match=r"\.metadata cannot be read back"):
-        parallel.Shards(str(path)).read_metadata()
+    with pytest.raises(runfolder.Unusable, match=r"\.metadata cannot be read back"):
+        checkpoints.Shards(str(path)).read_metadata()
 
 
 def test_a_flag_added_since_a_run_started_does_not_block_its_resume():
     """A checkpoint's config lacks the flags added after its run started (it ran with their default
     behaviour): only the flags both have, and those this run dropped, are compared."""
     saved = {"lr": 1e-3, "seed": 0, "gone": 1}
-    assert parallel.config_diff(saved, {"lr": 1e-3, "seed": 0, "gone": 1, "lora_r": 0}, "x") == ""
-    assert "--lr" in parallel.config_diff(saved, {"lr": 2e-3, "seed": 0, "gone": 1, "lora_r": 0}, "x")
-    assert "--gone" in parallel.config_diff(saved, {"lr": 1e-3, "seed": 0}, "x")
+    assert runfolder.config_diff(saved, {"lr": 1e-3, "seed": 0, "gone": 1, "lora_r": 0}, "x") == ""
+    assert "--lr" in runfolder.config_diff(saved, {"lr": 2e-3, "seed": 0, "gone": 1, "lora_r": 0}, "x")
+    assert "--gone" in runfolder.config_diff(saved, {"lr": 1e-3, "seed": 0}, "x")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from lib import parallel
+from lib import runfolder
 from helpers import write_world
 from runs import ARGS, ROOT, SIGNAL_ITSELF, logged, run, same, weights
 
@@ -52,7 +52,7 @@ def test_a_rerun_never_truncates_an_earlier_run(tmp_path):
     assert (out / "metrics.jsonl").read_text() == '{"step": 0}\n'
 
 
-HOLD = "import sys, time; from lib import parallel; f = parallel.lock(sys.argv[1], 0); print('held', flush=True); time.sleep(300)"
+HOLD = "import sys, time; from lib import runfolder; f = runfolder.lock(sys.argv[1], 0); print('held', flush=True); time.sleep(300)"
 
 
 @pytest.mark.slow
@@ -85,11 +85,11 @@ def test_the_lock_is_released_when_its_holder_dies(tmp_path):
     try:
         assert p.stdout.readline() == "held\n"
         with pytest.raises(SystemExit, match=rf"in use by another run \(pid {p.pid}\)"):
-            parallel.lock(str(tmp_path), 0)
+            runfolder.lock(str(tmp_path), 0)
     finally:
         p.kill()
         p.wait()
-    parallel.lock(str(tmp_path), 0).close()
+    runfolder.lock(str(tmp_path), 0).close()
 
 
 @pytest.mark.slow

@@ -462,7 +462,7 @@ def test_autocast_forwards_see_every_update():
     """One autocast context held over several optimizer steps (train.py holds one over all of SFT
     and over each RL step's mini-batches): every forward runs on the weights as they are then,
     not on a cast of them cached at the first forward."""
-    from lib.parallel import autocast
+    from lib.precision import autocast
     model, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
     with autocast("bfloat16", "cpu"):
         y0 = model(x)
