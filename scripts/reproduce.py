@@ -339,15 +339,11 @@ def powered(res, tag="half", k=2):
     manipulation check and the credit gap."""
     hi, lo = (lambda a: res[f"{a}-{tag}-k{k}"]), (lambda a: res[f"{a}-{tag}-k0"])  # noqa: E731
     eff = {a: paired(hi(a)["last"], lo(a)["last"]) for a in NOISE_ALGOS}
-    early = [c for c in hi("grpo")["early"] if c["groups"]]
-    s_sum, s_proc = (statistics.fmean([c[k] for c in early]) if early else None for k in ("summary", "process"))
-    manip = s_sum is not None and s_sum > 0 and s_proc < 0
     what = "the wrong-argument call" if tag == "wrong" else "the bonus call"
     lines = [f"Primary: marked training rollouts that made {what}, pooled over the last third of RL steps, "
              f"K={k} - K=0 paired by seed: {a} {says(e) if e else '(needs 2 seeds)'}" for a, e in eff.items()]
-    lines.append(f"Manipulation check (grpo K={k}, first third of steps, {len(early)} seeds with mixed groups): callers' "
-                 f"S_sum - non-callers' {s_sum if s_sum is None else f'{s_sum:+.3f}'}, S_process "
-                 f"{s_proc if s_proc is None else f'{s_proc:+.3f}'} -> " + ("passed" if manip else "FAILED"))
+    manip, line = manipulation(hi("grpo"), f"grpo K={k}")
+    lines.append(line)
     g, sl = eff["grpo"], eff["slca"]
     if g and sl:
         fail = "INCONCLUSIVE (the manipulation check failed)" if not manip else "FALSIFIED"
@@ -361,7 +357,7 @@ def powered(res, tag="half", k=2):
         if dd:
             lines.append(f"Secondary: grpo's effect - slca's, paired: {says(dd)}")
     if f"slca-decision-{tag}-k{k}" in res:
-        lines += decision_checks(hi, lo, k, manip)
+        lines += decision_checks(hi, lo, k, manip, res)
     for a in [x for x in POWERED_ARMS if f"{x}-{tag}-k{k}" in res]:
         e = paired(hi(a)["after"]["redundant"], lo(a)["after"]["redundant"])
         if e:
@@ -373,19 +369,34 @@ def powered(res, tag="half", k=2):
     return lines
 
 
-def decision_checks(hi, lo, k, manip):
+def manipulation(run, name):
+    """(passed, line): the manipulation check on `run`'s first third of steps (docs/diagnostic.md §1):
+    in mixed marked groups, callers' S_sum above the non-callers' and their S_process below."""
+    early = [c for c in run["early"] if c["groups"]]
+    s_sum, s_proc = (statistics.fmean([c[k] for c in early]) if early else None for k in ("summary", "process"))
+    passed = s_sum is not None and s_sum > 0 and s_proc < 0
+    return passed, (f"Manipulation check ({name}, first third of steps, {len(early)} seeds with mixed groups): callers' "
+                    f"S_sum - non-callers' {s_sum if s_sum is None else f'{s_sum:+.3f}'}, S_process "
+                    f"{s_proc if s_proc is None else f'{s_proc:+.3f}'} -> " + ("passed" if passed else "FAILED"))
+
+
+def decision_checks(hi, lo, k, manip, res):
     """The third arm's pre-registered reading (docs/diagnostic.md §3, issue 38): slca-decision's
-    effect on the primary measure, (c) below SLCA's (paired), (d) not above 0."""
+    effect on the primary measure, (c) below SLCA's (paired), (d) not above 0. When the kept grpo
+    runs had other SFT starts, the manipulation check is slca-decision's own K = k runs'."""
     effect = {a: [x - y for x, y in zip(hi(a)["last"], lo(a)["last"])] for a in ("slca", "slca-decision")}
     e, below = paired(hi("slca-decision")["last"], lo("slca-decision")["last"]), paired(effect["slca"], effect["slca-decision"])
     if not (e and below):
         return ["Primary, slca-decision: (needs 2 seeds)"]
-    fail = "FALSIFIED" if manip else "INCONCLUSIVE (the manipulation check failed)"
     same = all(hi(a)["before"] == hi("slca-decision")["before"] for a in ("slca", "grpo"))
-    return [f"Shared SFT starts: the before-RL held-out marked numbers of slca-decision, slca and grpo are "
-            + ("equal in every seed" if same else "NOT equal in every seed (the starts differ: compare with the slca "
-                                                  "arm run beside slca-decision)"),
-            f"Primary: slca-decision, K={k} - K=0 paired by seed: {says(e)}",
+    lines = [f"Shared SFT starts: the before-RL held-out marked numbers of slca-decision, slca and grpo are "
+             + ("equal in every seed" if same else "NOT equal in every seed (the kept grpo runs started elsewhere: the "
+                                                   "lines that pair grpo with slca are not paired by start)")]
+    if not same:
+        manip, line = manipulation(hi("slca-decision"), f"slca-decision K={k}, docs/diagnostic.md §3")
+        lines.append(line)
+    fail = "FALSIFIED" if manip else "INCONCLUSIVE (the manipulation check failed)"
+    return lines + [f"Primary: slca-decision, K={k} - K=0 paired by seed: {says(e)}",
             f"(c) slca's effect - slca-decision's, paired: {says(below)} -> "
             + ("below SLCA's effect (t at or above the critical value)" if below["shown"]
                else f"{fail}: not shown below SLCA's effect"),

@@ -220,7 +220,8 @@ def test_decision_arm_reading_follows_the_pre_registration():
     assert "(c) slca's effect - slca-decision's, paired: -0.075" in text and "FALSIFIED: not shown below" in text
     assert "(d) slca-decision's effect above 0? FALSIFIED: t at or above" in text
     res["grpo-half-k2"]["before"] = {"redundant": [0.4, 0.4, 0.4, 0.41]}  # another SFT start in seed 3
-    assert "NOT equal in every seed" in "\n".join(reproduce.powered(res))
+    text = "\n".join(reproduce.powered(res))
+    assert "NOT equal in every seed" in text and "Manipulation check (slca-decision K=2" in text
 
 
 def test_a_third_arm_runs_beside_kept_arms(tmp_path):
