@@ -208,6 +208,8 @@ def main(argv=None):
     rank, _, a.device = setup_dist(a.device)
     if rank == 0:
         print(config.preset_line(a.preset, a.model))
+        if a.dtype_note:
+            print(a.dtype_note)
         if note := bf16_note(a.dtype, a.device):
             print(note)
     random.seed(a.seed)

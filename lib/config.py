@@ -19,6 +19,7 @@ import tomllib
 from lib import lora, tiny
 from lib.data import TURNS, DataError, release_files
 from lib.loop import BLIND_STEPS, UNSCORED
+from lib.precision import auto_dtype
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 WHY = {"demo": "no --model; --preset paper for the paper's recipe",           # the default's reason, by --model
@@ -62,7 +63,9 @@ def parser(method, episode_flags):
     g.add_argument("--preset", default=None, metavar="NAME|FILE",
                    help="the settings under the flags: configs/NAME.toml or a .toml file; default: demo without "
                         "--model, paper with one (lib/config.py)")
-    g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
+    g.add_argument("--dtype", choices=["float32", "bfloat16", "float16", "auto"], default=None,
+                   help="compute dtype over float32 weights; auto = bfloat16 where the device computes it natively "
+                        "(a GPU, a CPU with AVX512-BF16 or AMX), else float32 (lib/precision.py auto_dtype)")
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="gradient checkpointing")
     g.add_argument("--device", default=None, help="default: cuda (this rank's GPU) if available, else cpu")
     g.add_argument("--tiny-size", type=int, nargs=3, default=list(tiny.SIZE), metavar=("HIDDEN", "LAYERS", "HEADS"),
@@ -302,10 +305,16 @@ def with_preset(p, argv, a):
         p.error(f"--preset {name}: not TOML: {e}")
     if a.epochs is not None and a.steps is None:  # --epochs given: the steps follow it, whatever the preset
         settings.pop("steps", None)
-    if (a.dtype or settings.get("dtype")) != "float32":  # sampled log-probs carry the decode's own rounding there
-        settings["old_logprobs"] = "recompute"
+    auto = (a.dtype or settings.get("dtype")) == "auto"
+    if auto:  # resolved here, so the rule below and the saved config see the dtype that runs
+        settings["dtype"], note = auto_dtype(a.device)
+    if (settings["dtype"] if auto else a.dtype or settings.get("dtype")) != "float32":  # sampled log-probs carry
+        settings["old_logprobs"] = "recompute"                                             # the decode's rounding there
+    else:
+        settings.setdefault("old_logprobs", "sample")                                      # in float32 they are exact
     a = p.parse_args(preset_argv(settings, p) + list(sys.argv[1:] if argv is None else argv))
-    a.preset = name
+    a.preset, a.dtype_note = name, note if auto else None
+    a.dtype = settings["dtype"] if auto else a.dtype
     need = read_preset("demo").keys() & read_preset("paper").keys()
     for k in sorted(k for k in need if getattr(a, k) is None):
         p.error(f"--preset {name} sets no --{k.replace('_', '-')} and none was given")

@@ -35,6 +35,15 @@ def native_bf16(device="cpu", cpuinfo="/proc/cpuinfo"):
     return not flags or bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
+def auto_dtype(device=None, cpuinfo="/proc/cpuinfo"):
+    """`--dtype auto`: bfloat16 where `device` (None: cuda if available, else cpu) computes it natively,
+    else float32, and the line that says which and why."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if native_bf16(device, cpuinfo):
+        return "bfloat16", f"dtype auto: bfloat16 ({device} computes it natively)"
+    return "float32", "dtype auto: float32 (this CPU has no AVX512-BF16 or AMX flag: bfloat16 would be emulated)"
+
+
 def bf16_note(dtype, device):
     """The line train.py and eval.py print when `dtype` is bf16 on a CPU that emulates it, else None."""
     if dtype == "bfloat16" and not native_bf16(device):

@@ -188,3 +188,26 @@ def test_native_bf16_reads_the_cpu_flags_and_train_py_says_when_it_is_emulated(t
             train.main(["--data", str(bad), "--dtype", dtype, "--out", str(tmp_path / "run")])
         said = "no native bfloat16" in capsys.readouterr().out
         assert said is (dtype == "bfloat16" and not native)
+
+
+def test_dtype_auto_takes_what_the_cpu_computes_natively(tmp_path, monkeypatch, capsys):
+    """--dtype auto (the smol preset's): bfloat16 on a CPU whose written flags hold AVX512-BF16, float32 on an
+    AVX2-only one; the resolved dtype is the config's (old log-probs recomputed only below float32), and the
+    run's first lines say which."""
+    import functools
+    from lib import config
+    from lib.precision import auto_dtype
+    info, bad = tmp_path / "cpuinfo", tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    gguf = tmp_path / "m.gguf"  # a --model, so the preset is smol's own (never loaded: the bad row ends the run first)
+    for flags, want, old in [("fpu avx2 fma", "float32", "sample"), ("avx2 avx512f avx512_bf16", "bfloat16", "recompute")]:
+        info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        assert auto_dtype("cpu", str(info))[0] == want
+        monkeypatch.setattr(config, "auto_dtype", functools.partial(auto_dtype, cpuinfo=str(info)))
+        a = train.get_args(["--model", str(gguf), "--preset", "smol", "--data", str(bad), "--sft-data", "", "--eval-data", ""])
+        assert (a.dtype, a.old_logprobs) == (want, old)
+        assert train.get_args(["--dtype", "auto", "--data", str(bad)]).dtype == want  # as a flag over the demo preset
+        with pytest.raises(SystemExit, match="bad.jsonl"):
+            train.main(["--dtype", "auto", "--data", str(bad), "--out", str(tmp_path / "run")])
+        assert f"dtype auto: {want} (" in capsys.readouterr().out
+    assert auto_dtype("cuda", str(info))[0] == "bfloat16"
