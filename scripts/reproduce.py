@@ -6,6 +6,7 @@
     python scripts/reproduce.py --powered              # the pre-registered diagnostic: K = 0, 2, half-marked, 4 seeds
     python scripts/reproduce.py --powered-arg          # its other direction: a wrong argument, K = 0, 1, 4 seeds
     python scripts/reproduce.py --powered --seeds 1 2 3 --merge PART/powered.json   # a mode in parts: seed 0 before
+    python scripts/reproduce.py --powered --arms slca slca-decision --kept docs/diagnostic/powered.json   # a third arm
     python scripts/reproduce.py --turn-credit 0.5      # SLCA, GRPO and SLCA with per-turn credit ω = 0.5; seeds 0 1 2
     python scripts/reproduce.py --size toy             # the same on a toy size, in seconds (tests/test_reproduce.py)
     python scripts/reproduce.py -- --steps 12          # flags after -- go to every train.py run
@@ -50,7 +51,9 @@ the sweep (and --turn-credit) reuses the comparison's slca and grpo runs. Output
                    175 marked eval rows), from the SFT starts of --bonus (reused in the same --out);
                    the same table, then the primary measure (the sampled rate pooled over the last
                    third of RL steps, K=2 - K=0 paired t per algorithm), the falsifiers, the
-                   manipulation check and the credit gap at the decision token
+                   manipulation check and the credit gap at the decision token; with --arms
+                   slca-decision (README Eq. 15) and the arms it does not run taken from a kept report
+                   (--kept), its reading too (docs/diagnostic.md §3)
     powered-arg.md, .json, .png   (--powered-arg) the same for the other direction: make_world's
                    --wrong world at K = 0, 1 (<out>/world-wrong-half-k<K>/, 181 marked eval rows),
                    from its own SFT starts (<out>/sft-wrong-s<seed>/); the measure is the share of
