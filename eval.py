@@ -17,7 +17,7 @@ from collections import defaultdict
 
 from tqdm import tqdm
 
-from lib import llm
+from lib import judges, llm
 import rewards
 from lib.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
 from lib.model import load_policy
@@ -168,7 +168,7 @@ def add_episode_flags(g, schema_check=None):
     g.add_argument("--judge-prompt", metavar="FILE", default=None,
                    help="the judge's rating template with {question}, {responses}, {response} (e.g. the release's "
                         "text, placeholders renamed); replies are read as [[level]] or the release's "
-                        "<rating>level</rating>; default: llm.JUDGE_PROMPT")
+                        "<rating>level</rating>; default: judges.JUDGE_PROMPT")
     llm.add_client_flags(g, "sim")
     llm.add_client_flags(g, "judge")
 
@@ -180,8 +180,9 @@ def check_episode_flags(p, a, solved_prompt=None):
         p.error(f"--json-depth must be in 1..{MAX_SAFE_DEPTH}")
     try:
         a.sim_template = llm.read_template("--sim-prompt", a.sim_prompt, PROMPT_FIELDS, PROMPT)
-        a.judge_template = llm.read_template("--judge-prompt", a.judge_prompt, llm.JUDGE_FIELDS, llm.JUDGE_PROMPT)
-        a.solved_template = llm.read_template("--solved-prompt", solved_prompt, llm.JUDGE_FIELDS, llm.SOLVED_PROMPT)
+        a.judge_template = llm.read_template("--judge-prompt", a.judge_prompt, judges.JUDGE_FIELDS, judges.JUDGE_PROMPT)
+        a.solved_template = llm.read_template("--solved-prompt", solved_prompt, judges.JUDGE_FIELDS,
+                                             judges.SOLVED_PROMPT)
     except ValueError as e:
         p.error(str(e))
 

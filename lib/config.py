@@ -160,7 +160,7 @@ def parser(method, episode_flags):
                         "does (the failure's error text stays in the trajectory, a failed rating scores 0); "
                         "--max-fail-rate still applies")
     g.add_argument("--solved-prompt", metavar="FILE", default=None,
-                   help="ToolPO's Solved/Unsolved template, the same placeholders; default: llm.SOLVED_PROMPT")
+                   help="ToolPO's Solved/Unsolved template, the same placeholders; default: judges.SOLVED_PROMPT")
     g.add_argument("--max-fail-rate", type=num, default=0.5,
                    help="stop when more than this share of a step's rollouts lost a tool or judge answer to an "
                         "endpoint failure (such rollouts are dropped from the loss)")

@@ -64,7 +64,7 @@ GEN_BATCH = 16         # --gen-batch of the paper preset: the most rows, a multi
 CAST = 6               # bytes moved by casting one weight: a float32 read and a bf16 write
 NO_GRAD_ROWS = 8       # rows per no-grad log-prob pass (lib/logprobs.py)
 SIM_S, JUDGE_S = 2.0, 20.0  # assumed s per simulator request (a short tool answer) and per judge rating (GPT-OSS
-                            # reasoning within its 8,192 tokens, lib/llm.py); not measured: flags
+                            # reasoning within its 8,192 tokens, lib/judges.py); not measured: flags
 CALLS = 3.0            # assumed simulator requests (tool calls) per rollout: a flag
 SIM_WORKERS = 20       # simulator requests in flight per rank (lib/llm.py Client's workers, the release's 20)
 JUDGE_WORKERS = 16     # judge requests in flight per rank (rewards.score_rollouts' workers)

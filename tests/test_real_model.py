@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import lib.model
-from lib import llm
+from lib import judges, llm
 import train
 from helpers import DTYPE, tiny_model, tokenizer
 from lib.logprobs import token_logprobs
@@ -194,11 +194,11 @@ def test_smollm2_sft_and_rl_step_with_itself_as_simulator_and_judge(smol, tmp_pa
     final = json.load(open(tmp_path / "run" / "final" / "config.json"))
     assert final["model_type"] == "llama" and "quantization_config" not in final
 
-    judge = llm.LLMJudge(llm.HFClient(GGUF, max_tokens=16), retries=0)  # the same loaded copy again
+    judge = judges.LLMJudge(llm.HFClient(GGUF, max_tokens=16), retries=0)  # the same loaded copy again
     replies = []
     complete = judge.client.complete
     monkeypatch.setattr(judge.client, "complete", lambda *a: replies.extend(complete(*a)) or replies[-1:])
     rating = judge.rate(QUESTION, called[0].turns[0]["observations"], "It is sunny in Paris.")
     assert lib.model.frozen.cache_info().misses == loads + 1
-    assert isinstance(replies[0], str) and replies[0].strip() and rating == llm.parse_rating(replies[0])
+    assert isinstance(replies[0], str) and replies[0].strip() and rating == judges.parse_rating(replies[0])
     assert rating in (None, 1, 2, 3, 4, 5)

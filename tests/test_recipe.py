@@ -334,7 +334,7 @@ def test_group_stats_release_reaches_the_advantages():
 # --------------------------------------------------------------------------------------------
 # --sim-prompt, --judge-prompt, --solved-prompt
 def test_prompt_files_replace_the_frozen_llms_texts(tmp_path):
-    from lib import llm
+    from lib import judges
     import simulator
     (tmp_path / "sim.txt").write_text("SIM {{json}} {definition} then {call}")
     (tmp_path / "judge.txt").write_text("RATE {question} / {responses} / {response}")
@@ -345,16 +345,16 @@ def test_prompt_files_replace_the_frozen_llms_texts(tmp_path):
     sim = simulator.Simulator("llm", client=client, schema_check="light", prompt=a.sim_template)
     now = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     sim.respond([CALL], [SimpleNamespace(tools=now, allowed_tools=["f"], responses=[])])
-    judge = llm.LLMJudge(SimpleNamespace(complete=lambda batch, t, n: [seen.append(m[-1]["content"]) or "[[good]]"
-                                                                        for m in batch]),
-                         prompt=a.judge_template, solved_prompt=a.solved_template)
+    judge = judges.LLMJudge(SimpleNamespace(complete=lambda batch, t, n: [seen.append(m[-1]["content"]) or "[[good]]"
+                                                                           for m in batch]),
+                            prompt=a.judge_template, solved_prompt=a.solved_template)
     assert judge.rate("q", ["r"], "ans") == 4
     assert seen[0].startswith("SIM {json} \nTool definition:\n") and seen[0].endswith(" then <tool_call>" + json.dumps(
         [{"name": "f", "parameters": {"x": 1}, "depend_on": []}]) + "</tool_call>")
     assert seen[1].startswith("RATE <question>\nq\n</question> / ")
     d = train.get_args([])
-    assert (d.sim_template, d.judge_template, d.solved_template) == (simulator.PROMPT, llm.JUDGE_PROMPT,
-                                                                     llm.SOLVED_PROMPT)
+    assert (d.sim_template, d.judge_template, d.solved_template) == (simulator.PROMPT, judges.JUDGE_PROMPT,
+                                                                     judges.SOLVED_PROMPT)
 
 
 @pytest.mark.parametrize("text,why", [("no placeholders", "missing ['call', 'definition']"),

@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 
 from release_reward import PARTS, release_parts
 from rewards import MAX_JUDGE_CHARS, FactsJudge, NoisyJudge, loose_equal, predicted_calls, process_score, score, summary_judge, summary_score, turn_rewards, WEIGHTS
-from lib.llm import LLMJudge
+from lib.judges import LLMJudge
 from lib.data import normalize_gold
 from helpers import MB, linear
 from test_segment import FUZZ, SOUP

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import lib.model
-from lib import config, logprobs, sft
+from lib import config, judges, logprobs, sft
 import advantage
 import train
 from lib.files import json_safe
@@ -300,12 +300,14 @@ def test_each_rl_step_runs_in_one_endpoint_window(world, monkeypatch):
 def test_a_step_of_hours_keeps_its_endpoints_by_default(world, monkeypatch):
     """A healthy run is never stopped by a step deadline: by default no window bounds an RL step (each
     request keeps its own deadline), so a step whose sampling took four hours still gets its judge's
-    answers. The judge is a real HTTP server; lib.llm's clock jumps four hours as each step starts."""
+    answers. The judge is a real HTTP server; the clock of its client (lib.llm) and of the judge
+    (lib.judges) jumps four hours as each step starts."""
     from helpers import Server, chat
     tmp, rl, _ = world
     shift = [0.0]
-    monkeypatch.setattr(train.llm, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + shift[0],
-                                                           sleep=time.sleep))
+    clock = SimpleNamespace(monotonic=lambda: time.monotonic() + shift[0], sleep=time.sleep)
+    monkeypatch.setattr(train.llm, "time", clock)
+    monkeypatch.setattr(judges, "time", clock)
     ratings, real_step = [], train.rl_step
 
     def step(model, ref, tok, opt, tasks, pos, sim, judge, *rest):
