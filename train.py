@@ -202,14 +202,15 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
 # the run: --out, the model, SFT, the RL loop, the evals and checkpoints
 def main(argv=None):
     a = get_args(argv)
+    dtype_note = vars(a).pop("dtype_note")  # said once, not a flag of the saved config
     set_json_depth(a.json_depth)
     if a.resume and not os.path.exists(os.path.join(a.out, "config.json")):
         raise SystemExit(f"--resume: no run to continue in --out {a.out} (no config.json)")
     rank, _, a.device = setup_dist(a.device)
     if rank == 0:
         print(config.preset_line(a.preset, a.model))
-        if a.dtype_note:
-            print(a.dtype_note)
+        if dtype_note:
+            print(dtype_note)
         if note := bf16_note(a.dtype, a.device):
             print(note)
     random.seed(a.seed)

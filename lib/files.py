@@ -159,9 +159,9 @@ class Logs:
         """Cut the logs back to `marks` (their lengths at the point the run resumes from): what
         was logged after it is redone. None (a checkpoint of an older version): appended as is."""
         for k, f in self.files.items() if marks else ():
-            if k in marks and os.fstat(f.fileno()).st_size > marks[k]:  # a log the checkpoint's version did not write: kept
+            if os.fstat(f.fileno()).st_size > marks.get(k, 0):  # a log the checkpoint's version did not write: all after it
                 with writing(f.name):
-                    f.truncate(marks[k])
+                    f.truncate(marks.get(k, 0))
                     f.seek(0, os.SEEK_END)
         if self.report:
             self.report.close()  # rebuilt from the cut logs at the next row

@@ -112,9 +112,11 @@ def log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, show):
     for row in gather(rows):
         logs.write(row, "rollouts")
     shown = sorted({r.group for r in rs})[:CREDIT_GROUPS]
-    credit = [{"step": step, "group": r.group, "question": r.task.question, "prompt": r.prompt, "ids": r.ids,
-               "mask": r.mask, "keep": bool(keep[i]), "rewards": {k: s[k] for k in CREDIT_KEYS if k in s},
-               "r_turn": turn_r[i]} for i, (r, s) in enumerate(zip(rs, scores)) if r.group in shown]
+    first = {r.group: i for i, r in reversed(list(enumerate(rs)))}  # the group's first rollout holds its prompt
+    credit = [{"step": step, "group": r.group, "question": r.task.question, "ids": r.ids, "mask": r.mask,
+               **({"prompt": r.prompt} if first[r.group] == i else {}), "keep": bool(keep[i]),
+               "rewards": {k: s[k] for k in CREDIT_KEYS if k in s}, "r_turn": turn_r[i]}
+              for i, (r, s) in enumerate(zip(rs, scores)) if r.group in shown]
     for row in gather(credit):
         logs.write(row, "credit")
     if main_rank:

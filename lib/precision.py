@@ -25,7 +25,10 @@ def native_bf16(device="cpu", cpuinfo="/proc/cpuinfo"):
     """Whether `device` computes in bf16 natively: a GPU, or a CPU whose flags hold AVX512-BF16 or
     AMX. Elsewhere torch emulates bf16 (on an AVX2-only EPYC here a (64, 576) x (576, 1536) matmul
     took 7.2x float32's time, and the smol preset's SFT step 120 s); unknown (no Linux flags) counts as native."""
-    if torch.device(device).type != "cpu":
+    kind = torch.device(device).type
+    if kind == "cuda":  # pre-Ampere cards emulate it; no card here: nothing to say
+        return not torch.cuda.is_available() or torch.cuda.is_bf16_supported(including_emulation=False)
+    if kind != "cpu":
         return True
     try:
         with open(cpuinfo) as f:

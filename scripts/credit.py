@@ -29,6 +29,7 @@ sys.path.insert(0, ROOT)
 from advantage import token_advantages  # noqa: E402
 from segment import decision_mask, run_index, segment_masks  # noqa: E402
 from lib.files import read_jsonl  # noqa: E402
+from lib.text import encodable  # noqa: E402
 
 RED, BLUE, WHITE = (215, 48, 39), (69, 117, 180), (255, 255, 255)  # ColorBrewer RdBu's ends
 PARTS = ("format", "name", "key", "value", "parallel")  # Eq. 2's
@@ -55,21 +56,23 @@ def columns(cfg):
 
 
 def advantages(rows, cfg, decode):
-    """Per column of `columns(cfg)`: the (B, T) advantages over the rows' responses, with the
-    response and tool masks (B, T), Eq. 15's decision tokens d (B, T) and the first token of
-    every later turn (B, T)."""
+    """Per column of `columns(cfg)`: the (B, T) advantages over the rows' responses, as train.py
+    computes them (a dropped row's masks zeroed first), with the response and tool masks (B, T) to
+    draw, and the decision tokens (B, T): Eq. 15's d and the first token of every later turn."""
     T = max(len(r["ids"]) for r in rows)
     pad = lambda x: x + [0] * (T - len(x))  # noqa: E731
-    mask = torch.tensor([pad(r["mask"]) for r in rows])                                  # (B, T)
-    tool, summary, _, _ = segment_masks(mask)
-    batch = {"input_ids": torch.tensor([pad(r["ids"]) for r in rows]), "response_mask": mask, "tool_mask": tool,
-             "summary_mask": summary}
     keep = torch.tensor([r["keep"] for r in rows])                                         # (B,)
+    mask = torch.tensor([pad(r["mask"]) for r in rows])                                  # (B, T) drawn
+    trained = mask * keep[:, None]                                                         # (B, T) as train.py
+    tool, summary, _, _ = segment_masks(trained)
+    batch = {"input_ids": torch.tensor([pad(r["ids"]) for r in rows]), "response_mask": trained, "tool_mask": tool,
+             "summary_mask": summary}
     gids = torch.tensor([r["group"] for r in rows])                                        # (B,)
-    scores = [r["rewards"] for r in rows]
+    nan = float("nan")  # a reward logged as null was not finite (lib/files.py json_safe): it zeroes its group
+    scores = [{k: nan if v is None else v for k, v in r["rewards"].items()} for r in rows]
     turn_r = [r["r_turn"] for r in rows]
-    d = decision_mask(mask, batch["input_ids"], decode)                                    # (B, T)
-    runs = run_index(mask)                                                                 # (B, T)
+    d = decision_mask(trained, batch["input_ids"], decode)                                 # (B, T)
+    runs = run_index(trained)                                                              # (B, T)
     opens = (runs > 0) & (runs != torch.cat([torch.full_like(runs[:, :1], -1), runs[:, :-1]], 1))  # (B, T)
     out = []
     for label, algo, omega, dec in columns(cfg):
@@ -78,7 +81,7 @@ def advantages(rows, cfg, decode):
                              cfg.get("toolpo_norm_by_std", False), cfg.get("group_stats", "exact"),
                              d if dec == "tool" else None)                                 # (B, T)
         out.append((label, A))
-    return out, mask, tool, d.bool() | opens
+    return out, mask, segment_masks(mask)[0], d.bool() | opens
 
 
 def token_html(tid, text, a, seg, scale, dec=False):
@@ -91,7 +94,7 @@ def token_html(tid, text, a, seg, scale, dec=False):
 
 
 def rollout_html(i, row, cols, mask, tool, d, decode, scale):
-    r = row["rewards"]
+    r = {k: float("nan") if v is None else v for k, v in row["rewards"].items()}
     facts = " · ".join(f"{k} {r[k]:.2f}" for k in PARTS if k in r)
     facts += f" · S_process {r['process']:.3f} · S_sum {r['summary']:.3f} · score {r['score']:.3f}"
     facts += f" · R_tool {r.get('r_tool', 0):.3f} · R_sum {r.get('r_sum', 0):.3f}" + ("" if row["keep"] else " · dropped")
@@ -126,7 +129,7 @@ def page(title, question, rows, cfg, decode):
     """The whole HTML page of one group's rows (credit.jsonl's) under `cfg` (the run's config)."""
     cols, mask, tool, d = advantages(rows, cfg, decode)
     scale = max(max(float(A.abs().max()) for _, A in cols), 1e-12)
-    prompt = "".join(token_html(t, decode([t]), 0.0, "prompt", scale) for t in rows[0]["prompt"])
+    prompt = "".join(token_html(t, decode([t]), 0.0, "prompt", scale) for t in rows[0]["prompt"])  # the group's
     legend = (f'<p class="legend">A: <span>−{scale:.3f}</span><span class="bar"></span><span>+{scale:.3f}</span> '
               '<span class="t tool">tool</span><span class="t summary">summary</span>'
               '<span class="t observation">observation (mask 0)</span><span class="t dec">decision token</span> '
@@ -223,7 +226,7 @@ def main(argv=None):
         title, out = f"Credit: {a.run}, step {step}, prompt {a.prompt} (G = {len(rows)})", a.out or os.path.join(a.run, "credit.html")
     text = page(title, rows[0]["question"], rows, cfg, lambda ids: tok.decode(ids))
     with open(out, "w", encoding="utf-8") as f:
-        f.write(text)
+        f.write(encodable(text))  # a lone surrogate (policy or data text) as U+FFFD
     print(f"wrote {out}")
     return out
 

@@ -387,7 +387,8 @@ def decision_checks(hi, lo, k, manip, res):
     """The third arm's pre-registered reading (docs/diagnostic.md §3, issue 38): slca-decision's
     effect on the primary measure, (c) below SLCA's (paired), (d) not above 0. When the kept grpo
     runs had other SFT starts, the manipulation check is slca-decision's own K = k runs'."""
-    effect = {a: [x - y for x, y in zip(hi(a)["last"], lo(a)["last"])] for a in ("slca", "slca-decision")}
+    effect = {a: [None if None in (x, y) else x - y for x, y in zip(hi(a)["last"], lo(a)["last"])]
+              for a in ("slca", "slca-decision")}
     e, below = paired(hi("slca-decision")["last"], lo("slca-decision")["last"]), paired(effect["slca"], effect["slca-decision"])
     if not (e and below):
         return ["Primary, slca-decision: (needs 2 seeds)"]
@@ -682,25 +683,53 @@ def parts(files, mode, seeds):
     return got
 
 
-def keep_arms(res, path, mode, seeds):
-    """res with the arms of an earlier report of this mode (`--kept`: its <stem>.json) that this
-    invocation does not run, their values for `seeds` (same SFT starts, prompts and settings: the
-    arms pair by seed); returns a note. Refused in one line when the file is not such a report."""
+def read_kept(path, mode, seeds, names, argv):
+    """The report `--kept` names, refused in one line before anything runs unless it is this mode's
+    (same --size, --world-scale and train.py flags after --) and holds `seeds` for every arm of it not
+    in `names` (this invocation's runs), and those arms with `names` include slca's and grpo's."""
     try:
         part = json.load(open(path))
-        arms = {name: r for name, r in part["results"].items() if name not in res} if part.get(mode) else None
-        have = {s for r in (arms or {}).values() for s in r["seeds"]}
+        arms = {name: r for name, r in part["results"].items() if name not in names} if part.get(mode) else None
+        have = [{s for s in r["seeds"]} for r in (arms or {}).values()]
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
         raise SystemExit(f"--kept {path}: not a results file ({type(e).__name__}: {e})")
     if not arms:
         raise SystemExit(f"--kept {path}: no arm of --{mode.replace('_', '-')} that this invocation does not run")
-    if missing := sorted(set(seeds) - have):
+    if not isinstance(before := part.get("argv"), list) or not all(isinstance(x, str) for x in before):
+        raise SystemExit(f"--kept {path}: not a results file (no argv)")
+    if missing := sorted(set(seeds) - set.intersection(*have)):
         raise SystemExit(f"--kept {path}: seeds {missing} are not in it")
-    for name, r in arms.items():
+    settings = lambda v: (vars(parser().parse_args(v[:v.index("--")] if "--" in v else v)),  # noqa: E731
+                          v[v.index("--") + 1:] if "--" in v else [])
+    (mine, extra), (theirs, their_extra) = settings(argv), settings(before)
+    if (mine["size"], mine["world_scale"], extra) != (theirs["size"], theirs["world_scale"], their_extra):
+        raise SystemExit(f"--kept {path}: another --size, --world-scale or train.py flags ({' '.join(before)})")
+    if not set(NOISE_ALGOS) <= {n.rsplit("-", 2)[0] for n in [*names, *arms]}:  # "slca-decision-half-k2": its arm
+        raise SystemExit(f"--kept {path}: the arms run here and kept there need slca's and grpo's")
+    return part
+
+
+def keep_arms(res, part, path, seeds):
+    """res with the kept report's arms that this invocation did not run, their values for `seeds` (the
+    arms pair by seed); returns a note, which for an arm in both compares the two per seed."""
+    taken, same = [], []
+    for name, r in part["results"].items():
         at = [r["seeds"].index(s) for s in seeds]
-        res[name] = {key: {m: [xs[i] for i in at] for m, xs in v.items()} if isinstance(v, dict) else [v[i] for i in at]
-                     for key, v in r.items()}
-    return f"arms {', '.join(arms)} kept from {path} (commit {part.get('commit')})"
+        mine = {key: {m: [xs[i] for i in at] for m, xs in v.items()} if isinstance(v, dict) else [v[i] for i in at]
+                for key, v in r.items()}
+        if name not in res:
+            res[name] = mine
+            taken.append(name)
+        else:
+            same.append(f"{name} here (kept): before-RL marked rate {fmt_list(res[name]['before']['redundant'])} "
+                        f"({fmt_list(mine['before']['redundant'])}), sampled last third {fmt_list(res[name]['last'])} "
+                        f"({fmt_list(mine['last'])})")
+    return (f"arms {', '.join(taken)} kept from {path} (commit {part.get('commit')})"
+            + "".join(f"; {x}" for x in same))
+
+
+def fmt_list(xs):
+    return "[" + ", ".join("-" if x is None else f"{x:.3f}" for x in xs) + "]"
 
 
 def merge(res, got, files):
@@ -806,8 +835,11 @@ def main(argv=None):
         p.error("--noise, --bonus, --powered, --powered-arg and --turn-credit are separate experiments: give one")
     a.seeds = a.seeds or ([0, 1, 2, 3] if a.powered or a.powered_arg else [0, 1, 2])
     mode = "powered" if a.powered else "powered_arg" if a.powered_arg else None
+    a.arms = list(dict.fromkeys(a.arms))
     if (a.kept or a.arms != NOISE_ALGOS) and not mode:
         p.error("--arms and --kept are --powered's and --powered-arg's")
+    if mode and not a.kept and not set(NOISE_ALGOS) <= set(a.arms):
+        p.error("--arms without slca or grpo needs --kept: an earlier report that holds them")
     got = parts(a.merge, mode, a.seeds)
     out = a.out
     os.makedirs(out, exist_ok=True)
@@ -815,6 +847,7 @@ def main(argv=None):
     t0 = time.time()
 
     plan, start_flags = experiment(a, out)
+    kept_part = read_kept(a.kept, mode, a.seeds, [n for n, _ in plan], argv) if a.kept else None
     runs, starts = {}, {}
     for seed in a.seeds:
         starts[seed] = os.path.join(out, f"sft{'-wrong' * a.powered_arg}-s{seed}")  # --wrong's SFT data differ
@@ -830,7 +863,7 @@ def main(argv=None):
     res = bonus_summary(runs) if a.bonus is not None or a.powered or a.powered_arg else collect(runs)
     wall = time.time() - t0
     kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""
-    kept += "; " + keep_arms(res, a.kept, mode, a.seeds) if a.kept else ""
+    kept += "; " + keep_arms(res, kept_part, a.kept, a.seeds) if a.kept else ""
     kept += "; merged with " + merge(res, got, a.merge) if a.merge else ""
     stem, header, text, pngs = write_outputs(a, argv, out, res, wall, kept)
     print("\n" + header + text)

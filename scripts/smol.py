@@ -89,23 +89,24 @@ def evaluate(model, out, data, limit, threads):
 
 
 def deltas(after, before, key):
-    """Per prompt, after - before of `key` (Success@0.9 as 0 or 1; "early_turns": tool turns on the
-    EARLY_STOP prompts only), on the same prompts."""
+    """Per prompt, after - before of `key` (Success@0.9 as 0 or 1; "early_turns" / "late_turns": tool
+    turns on the EARLY_STOP prompts only / on the others), on the same prompts."""
     assert [a["id"] for a in after] == [b["id"] for b in before], "the same prompts, in the same order"
-    if key == "early_turns":
-        return [a["tool_turns"] - b["tool_turns"] for a, b in zip(after, before) if b["parallel_type"] in EARLY_STOP]
+    if key in ("early_turns", "late_turns"):
+        return [a["tool_turns"] - b["tool_turns"] for a, b in zip(after, before)
+                if (b["parallel_type"] in EARLY_STOP) == (key == "early_turns")]
     val = (lambda r: float(reached(r["process"], SUCCESS))) if key == "success" else (lambda r: r[key])  # noqa: E731
     return [val(a) - val(b) for a, b in zip(after, before)]
 
 
 def paired(d):
-    """The paired test of per-prompt differences `d`: mean, standard error, t, n, shown (t > Z95); None
-    with fewer than 2 prompts (a toy eval may hold no single-step prompt)."""
+    """The paired test of per-prompt differences `d`: mean, standard error, t, n, shown (t > Z95: above 0),
+    below (t < -Z95: below 0); None with fewer than 2 prompts (a toy eval may hold no single-step prompt)."""
     if len(d) < 2:
         return None
     mean, se = statistics.fmean(d), statistics.stdev(d) / len(d) ** 0.5
     t = mean / se if se else 0.0
-    return {"mean": mean, "se": se, "t": t, "n": len(d), "shown": t > Z95}
+    return {"mean": mean, "se": se, "t": t, "n": len(d), "shown": t > Z95, "below": t < -Z95}
 
 
 def pooled(ds):
@@ -120,12 +121,13 @@ def row(rs):
 
 def report(out, before, runs, walls):
     """table.md and table.json (module docstring, step 4); returns the markdown."""
-    keys = ("success", "process", "score", "early_turns")  # score: S_process + S_sum, the training reward (λs 1)
+    keys = ("success", "process", "score", "early_turns", "late_turns")  # score: S_process + S_sum, the training reward
     res = {"before": row(before), "runs": {}, "pooled": {}, "pairs": {}}
     cell = lambda d: f"{d['mean']:+.3f} ± {d['se']:.3f} ({d['t']:+.2f})" if d else "-"  # noqa: E731
-    head = " | ".join(f"Δ{n} ± SE (t)" for n in ("Success@0.9", "Process", "Score", "tool turns (single step, irrelevant)"))
+    head = " | ".join(f"Δ{n} ± SE (t)" for n in ("Success@0.9", "Process", "Score", "tool turns (single step, irrelevant)",
+                                                  "tool turns (multi step)"))
     lines = ["| run | " + " | ".join(n for _, n in COLUMNS) + f" | {head} | wall |",
-             "|---|" + "---|" * (len(COLUMNS) + 4),
+             "|---|" + "---|" * (len(COLUMNS) + len(keys) + 1),
              "| SFT start | " + " | ".join(f"{res['before'][k]:.3f}" for k, _ in COLUMNS) + " |" + " |" * (len(keys) + 1)]
     for name, after in runs.items():
         r = res["runs"][name] = {**row(after), **{f"d_{k}": paired(deltas(after, before, k)) for k in keys},
@@ -152,7 +154,7 @@ def report(out, before, runs, walls):
         lines += [f"| {name} after RL, {'seed ' + s if s != 'pooled' else 'pooled'} | " +
                   " | ".join(cell(d[k]) for k in keys) + " |" for name, pair in res["pairs"].items() for s, d in pair.items()]
     early = sum(r["parallel_type"] in EARLY_STOP for r in before)
-    lines += ["", f"n = {len(before)} held-out prompts ({early} single-step or irrelevant: the tool-turn column), "
+    lines += ["", f"n = {len(before)} held-out prompts ({early} single-step or irrelevant: the first tool-turn column), "
               f"greedy, the same before and after; Δ per prompt, its mean ± standard error (t = mean / SE; one-sided "
               f"0.05: |t| > {Z95}). Score = S_process + S_sum, what RL maximises."]
     md = "\n".join(lines) + "\n"

@@ -204,10 +204,10 @@ def test_dtype_auto_takes_what_the_cpu_computes_natively(tmp_path, monkeypatch, 
         info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
         assert auto_dtype("cpu", str(info))[0] == want
         monkeypatch.setattr(config, "auto_dtype", functools.partial(auto_dtype, cpuinfo=str(info)))
-        a = train.get_args(["--model", str(gguf), "--preset", "smol", "--data", str(bad), "--sft-data", "", "--eval-data", ""])
+        a = train.get_args(["--model", str(gguf), "--preset", "smol", "--data", str(bad), "--sft-data", "", "--eval-data", "",
+                            "--device", "cpu"])
         assert (a.dtype, a.old_logprobs) == (want, old)
-        assert train.get_args(["--dtype", "auto", "--data", str(bad)]).dtype == want  # as a flag over the demo preset
+        assert train.get_args(["--dtype", "auto", "--data", str(bad), "--device", "cpu"]).dtype == want  # a flag over the demo's
         with pytest.raises(SystemExit, match="bad.jsonl"):
-            train.main(["--dtype", "auto", "--data", str(bad), "--out", str(tmp_path / "run")])
+            train.main(["--dtype", "auto", "--data", str(bad), "--device", "cpu", "--out", str(tmp_path / "run")])
         assert f"dtype auto: {want} (" in capsys.readouterr().out
-    assert auto_dtype("cuda", str(info))[0] == "bfloat16"

@@ -98,6 +98,7 @@ def test_a_demo_run_is_viewable_and_the_page_is_its_advantages(tmp_path):
     logged = [r for r in logged if (r["step"], r["group"]) == (step, group)]
     assert len(rows) == 4 == len(logged)
     cfg = json.load(open(out / "config.json"))
+    assert "dtype_note" not in cfg  # printed, not a flag of the saved config
     tok = credit.tokenizer(str(out), cfg)
     cols = credit.advantages(rows, cfg, lambda ids: tok.decode(ids))[0]
     assert [c[0].split(" (")[0] for c in cols] == ["SLCA", "GRPO"]
@@ -120,34 +121,60 @@ def test_a_demo_run_is_viewable_and_the_page_is_its_advantages(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_on_eqs_14_and_15_shows_what_it_trained_on_first(tmp_path, monkeypatch):
-    """Scripted rollouts (two tool turns, then the answer) under --turn-credit 0.5 --decision-credit tool:
-    the first column is what trained (Eq. 14's per-turn term on the tool turns, Â_tool on the boxed
-    decision token), then SLCA and GRPO; every later turn's first token is boxed."""
+@pytest.mark.parametrize("flags,first", [
+    (["--turn-credit", "0.5", "--decision-credit", "tool"], "SLCA + Eq. 14 + Eq. 15, trained on"),
+    (["--no-norm-by-std", "--lam-tool", "0.5"], "SLCA (Eq. 8)"),
+    (["--algo", "grpo", "--group-stats", "release"], "GRPO (Eq. 6)"),
+    (["--algo", "toolpo"], "ToolPO (Eq. 13), trained on")])
+def test_the_first_column_is_what_train_py_trained_on(tmp_path, monkeypatch, flags, first):
+    """Scripted rollouts (two tool turns, then the answer; the second rollout of each group dropped by a
+    failed rating): the page's first column, token for token, is the A train.py passed to the loss
+    (spied), for each --algo and advantage setting; under Eq. 15 the summary's boxed first token is paid
+    Â_tool; every turn after an answer opens boxed."""
     scripted_sampling(monkeypatch)
+    trained, real_scores, real_adv = [], train.score_rollouts, train.token_advantages
+
+    def scores(rs, *args, **kw):
+        out = real_scores(rs, *args, **kw)
+        for i in range(1, len(out), 4):
+            out[i]["judge_failed"] = 1.0  # dropped from the loss and the group statistics
+        return out
+
+    def spy(*args, **kw):
+        A = real_adv(*args, **kw)
+        trained.append((A, args[5]))
+        return A
+    monkeypatch.setattr(train, "score_rollouts", scores)
+    monkeypatch.setattr(train, "token_advantages", spy)
     out = tmp_path / "run"
     train.main(["--data", two_step_world(tmp_path), "--sft-data", "", "--eval-data", "", "--tiny-size", "32", "1", "2",
                 "--steps", "1", "--group-size", "4", "--prompts-per-step", "2", "--mini-batch", "1", "--max-turns", "3",
-                "--old-logprobs", "recompute", "--turn-credit", "0.5", "--decision-credit", "tool", "--out", str(out)])
+                "--old-logprobs", "recompute", *flags, "--out", str(out)])
     page = credit.main([str(out), "--step", "0", "--prompt", "1"])
     rows = [r for r in map(json.loads, open(out / "credit.jsonl")) if r["group"] == 1]
+    assert [r["keep"] for r in rows] == [True, False, True, True] and "prompt" in rows[0] and "prompt" not in rows[1]
     cfg = json.load(open(out / "config.json"))
+    assert credit.columns(cfg)[0][0] == first
     tok = credit.tokenizer(str(out), cfg)
-    cols = credit.advantages(rows, cfg, lambda ids: tok.decode(ids))[0]
-    assert [c[0] for c in cols] == ["SLCA + Eq. 14 + Eq. 15, trained on", "SLCA (Eq. 8)", "GRPO (Eq. 6)"]
     p = dom(page)
-    check_page(p, rows, cols)
-    at, asum = slca_advantages(*(torch.tensor([r["rewards"][k] for r in rows]) for k in ("r_tool", "r_sum")),
-                               torch.ones(4, dtype=torch.bool), torch.ones(4, dtype=torch.bool), torch.zeros(4, dtype=torch.long))
-    for i in range(4):
-        spans = p.cols[(i, "SLCA + Eq. 14 + Eq. 15, trained on")]
+    check_page(p, rows, credit.advantages(rows, cfg, lambda ids: tok.decode(ids))[0])
+    [(A, gids)] = trained
+    at_step = A[gids == 1]                                                               # (G, L) the group's rows
+    n = len(rows[0]["prompt"])
+    for i, row in enumerate(rows):
+        spans = p.cols[(i, first)]
+        assert [float(s["data-a"]) for s in spans] == at_step[i, n:n + len(row["ids"])].tolist()
         boxed = [t for t, s in enumerate(spans) if "dec" in s["class"].split()]
-        summary = [t for t, s in enumerate(spans) if s["data-seg"] == "summary"]
-        assert summary[0] in boxed and len(boxed) == len(rows[i]["r_turn"])   # each turn after an answer opens boxed
-        assert float(spans[summary[0]]["data-a"]) == pytest.approx(float(at[i]), abs=1e-6)   # Eq. 15: Â_tool
-        assert float(spans[summary[1]]["data-a"]) == pytest.approx(float(asum[i]), abs=1e-6)  # the rest: Â_sum
-        plain = p.cols[(i, "SLCA (Eq. 8)")]
-        assert float(plain[summary[0]]["data-a"]) == pytest.approx(float(asum[i]), abs=1e-6)
+        opens = [t for t in range(1, len(row["mask"])) if row["mask"][t] and not row["mask"][t - 1]]
+        assert boxed == (opens if row["keep"] else [])                                  # one token each: the demo BPE
+    if "--decision-credit" in flags:
+        at, _ = slca_advantages(*(torch.tensor([r["rewards"][k] for r in rows]) for k in ("r_tool", "r_sum")),
+                                torch.tensor([r["keep"] for r in rows]), torch.tensor([r["keep"] for r in rows]),
+                                torch.zeros(4, dtype=torch.long))
+        for i in (0, 2, 3):
+            spans = p.cols[(i, first)]
+            start = next(t for t, s in enumerate(spans) if s["data-seg"] == "summary")
+            assert float(spans[start]["data-a"]) == pytest.approx(float(at[i]), abs=1e-6) != 0   # Eq. 15: Â_tool
 
 
 @pytest.mark.slow

@@ -239,14 +239,23 @@ def test_a_third_arm_runs_beside_kept_arms(tmp_path):
     cfg = json.loads((out / "slca-decision-half-k2-s1" / "config.json").read_text())
     assert cfg["decision_credit"] == "tool" and cfg["algo"] == "slca"
     assert not (out / "slca-decision-half-k2-s0").exists()
-    assert f"slca-half-k2, grpo-half-k2 kept from {tmp_path / 'base.json'}" in (out / "powered.md").read_text()
+    assert f"grpo-half-k2 kept from {tmp_path / 'base.json'}" in (out / "powered.md").read_text()
+    again = run("--seeds", "1", "--arms", "slca", "slca-decision", "--kept", str(tmp_path / "base.json"))  # slca kept too
+    assert again["slca-half-k2"] == res["slca-half-k2"] and "slca-half-k2 here (kept): before-RL" in (out / "powered.md").read_text()
     for bad, why in (("{", "not a results file"), ('{"powered": true, "results": {}}', "no arm of --powered"),
-                     ('{"bonus": [0], "results": {}}', "no arm of --powered")):
+                     ('{"bonus": [0], "results": {}}', "no arm of --powered"),
+                     ('{"powered": true, "argv": ["--size", "demo"], "results": {"grpo-half-k0": {"seeds": [1]}}}',
+                      "another --size"),
+                     ('{"powered": true, "argv": ["--size", "toy", "--world-scale", "0.05", "--", "--eval-limit", "4", '
+                      '"--steps", "2"], "results": {"grpo-half-k0": {"seeds": [1]}}}', "need slca's and grpo's")):
         (tmp_path / "bad.json").write_text(bad)
         with pytest.raises(SystemExit, match=why):
             run("--seeds", "1", "--arms", "slca-decision", "--kept", str(tmp_path / "bad.json"))
     with pytest.raises(SystemExit, match=r"seeds \[2\] are not in it"):
         run("--seeds", "2", "--arms", "slca-decision", "--kept", str(tmp_path / "base.json"))
+    with pytest.raises(SystemExit):  # no slca or grpo, and nothing kept: refused before anything runs
+        run("--seeds", "2", "--arms", "slca-decision")
+    assert not (out / "slca-decision-half-k0-s2").exists()
 
 
 def test_paired_t_on_the_issues_hand_computed_case():

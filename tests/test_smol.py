@@ -26,7 +26,7 @@ def test_paired_statistics_by_hand():
     rows = lambda ps: [{"id": i, "process": p} for i, p in enumerate(ps)]  # noqa: E731
     before, s0, s1 = rows([0.5, 0.95, 0.2, 0.9]), rows([0.95, 0.95, 0.2, 0.9]), rows([0.95, 0.5, 0.95, 0.9])
     assert smol.deltas(s0, before, "success") == [1, 0, 0, 0] and smol.deltas(s1, before, "success") == [1, -1, 1, 0]
-    assert smol.paired([1, 0, 0, 0]) == {"mean": 0.25, "se": 0.25, "t": 1.0, "n": 4, "shown": False}
+    assert smol.paired([1, 0, 0, 0]) == {"mean": 0.25, "se": 0.25, "t": 1.0, "n": 4, "shown": False, "below": False}
     p = smol.pooled([[1, 0, 0, 0], [1, -1, 1, 0]])                  # [1, -0.5, 0.5, 0]: sd (1.25 / 3) ** 0.5
     assert p["mean"] == 0.25 and p["se"] == pytest.approx((1.25 / 3) ** 0.5 / 2) and not p["shown"]
     assert smol.paired([1] * 30 + [0] * 70)["shown"]                  # 0.3 ± 0.046: t 6.5
@@ -55,6 +55,9 @@ def test_decision_arm_against_slca_per_prompt(tmp_path):
     assert pair["pooled"]["success"]["mean"] == 0.25 and "slca - grpo" not in res["pairs"]
     assert res["pooled"]["slca"]["early_turns"]["mean"] == pytest.approx(2 / 3)  # "slca-decision" runs not counted as slca
     assert res["pooled"]["slca-decision"]["early_turns"]["mean"] == 0
+    assert pair["pooled"]["early_turns"]["below"] and pair["pooled"]["late_turns"] is None  # one multi-step prompt
+    table = (tmp_path / "table.md").read_text().splitlines()
+    assert len(table[0].split("|")) == len(table[1].split("|"))  # the header and its separator: one cell each
 
 
 def weather(tmp_path):
