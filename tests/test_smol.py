@@ -60,6 +60,69 @@ def test_decision_arm_against_slca_per_prompt(tmp_path):
     assert len(table[0].split("|")) == len(table[1].split("|"))  # the header and its separator: one cell each
 
 
+def test_sft_sample_is_enriched_in_marked_conversations(tmp_path):
+    """--world wrong's SFT sample (smol.mix, W2): --sft-limit conversations, the --sft-marked share of
+    them of a WRONG kind (told here from the text: one get_weather, get_forecast or convert_currency
+    call, one turn), each part drawn from the world's SFT data; short parts shrink the sample."""
+    got = smol.mix([1, 0, 0, 1, 0, 0, 0, 0], 0.5, 4)
+    assert len(got) == 4 and {0, 3} <= set(got) and got == sorted(got)  # both marked rows, two others, in order
+    sizes = [len(smol.mix([1] * 3 + [0] * 9, s, n)) for s, n in ((0.5, 4), (0.5, 8), (0.5, None), (1.0, None))]
+    assert sizes == [4, 6, 6, 3]  # 3 marked rows: at share 0.5 at most 3 + 3
+    assert sum(i < 3 for i in smol.mix([1] * 3 + [0] * 9, 0.25, None)) == 3  # 3 marked, 9 others: all of them
+    sample, sizes, worlds = smol.wrong_worlds(str(tmp_path), 0.1, 0.5, 1.0, 20)
+    world = (tmp_path / "world-wrong-k0" / "sft.jsonl").read_text().splitlines()
+    rows = [json.loads(x) for x in open(sample)]
+    one = lambda c: len(c) == 5 and any(c[2]["value"].count(f'"name": "{t}"') == 1 and c[2]["value"].count('"name"') == 1
+                                        for t in ("get_weather", "get_forecast", "convert_currency"))  # noqa: E731
+    assert len(rows) == 20 and sum(one(r["conversations"]) for r in rows) == 10 == sizes["sft_marked"]
+    assert all(json.dumps(r, ensure_ascii=False, separators=(",", ":")) in world for r in rows)
+    assert sizes["world_sft_marked"] == sum(one(json.loads(x)["conversations"]) for x in world) < len(world) / 5
+    for k, w in worlds.items():  # the RL prompts: the half world's marked rows only (--marked-share 1.0)
+        rl = [json.loads(x) for x in open(w["rl"])]
+        assert rl and all("bonus_args" in r["extra_info"] for r in rl) and len(rl) == sizes["rl"]
+        assert all("bonus_args" in json.loads(x)["extra_info"] for x in open(w["eval"]))
+    assert [r["prompt"] for r in map(json.loads, open(worlds[0]["rl"]))] == \
+        [r["prompt"] for r in map(json.loads, open(worlds[1]["rl"]))]  # the same prompts for both K
+
+
+def test_wrong_report_paired_tests_by_hand(tmp_path):
+    """wrong_report: learning (K=0 after - before), K1 - K0 after RL per algorithm, slca's minus grpo's,
+    per seed and pooled, on the wrong-value rate of three prompts; the sampled rate and the callers'
+    contrast from a hand-made rollouts.jsonl."""
+    rows = lambda red: [{"id": i, "redundant": float(x), "process": 0.9, "summary": 0.5, "name": 1, "key": 1,  # noqa: E731
+                         "value": 1, "format": 1, "score_norm": 0.9, "tool_turns": 1,
+                         "parallel_type": "single_step_single_tool"} for i, x in enumerate(red)]
+    before = {0: rows([1, 0, 1]), 1: rows([1, 0, 1])}
+    runs = {("slca", 0, 0): rows([0, 0, 1]), ("slca", 1, 0): rows([0, 0, 1]), ("grpo", 0, 0): rows([0, 0, 0]),
+            ("grpo", 1, 0): rows([1, 1, 0]), ("slca", 0, 1): rows([1, 0, 0]), ("slca", 1, 1): rows([1, 1, 0]),
+            ("grpo", 0, 1): rows([0, 0, 1]), ("grpo", 1, 1): rows([1, 0, 1])}
+    roll = [{"step": st, "group": 0, "redundant": x, "summary": su, "process": pr, "score": su + pr, "adv_tool": at,
+             "adv_sum": 0.0} for st, x, su, pr, at in [(0, 1, 0.9, 0.8, 0.5), (0, 0, 0.5, 0.9, -0.5), (1, 0, 0.5, 1, 0),
+                                                         (2, 1, 0.5, 1, 0), (2, 0, 0.5, 1, 0)]]
+    (tmp_path / "slca-k1-s0").mkdir()
+    (tmp_path / "slca-k1-s0" / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in roll))
+    t = smol.training(str(tmp_path / "slca-k1-s0"), "slca")
+    assert t["sampled_first"] == 0.5 and t["sampled_last"] == 0.5 and t["contrast_all"]["groups"] == 2
+    c = t["contrast_first"]
+    assert (c["summary"], c["process"], c["decision"], c["groups"]) == (pytest.approx(0.4), pytest.approx(-0.1), 1.0, 1)
+    md = smol.wrong_report(str(tmp_path), before, runs, {x: t for x in runs}, {}, {
+        "sft": 4, "sft_marked": 2, "world_sft": 10, "world_sft_marked": 3, "rl": 5})
+    res = json.load(open(tmp_path / "wrong.json"))["tests"]
+    learn = res["learning: slca, K=0 after - before"]
+    assert learn["0"]["mean"] == pytest.approx(-1 / 3) and learn["1"]["mean"] == pytest.approx(-1 / 3)
+    assert learn["pooled"]["mean"] == pytest.approx(-1 / 3) and learn["pooled"]["se"] == pytest.approx(1 / 6)
+    mis = res["misattribution: grpo after RL, K1 - K0"]                # per prompt [1, 1, 0] and [1, 0, 0]
+    assert mis["0"]["mean"] == pytest.approx(2 / 3) and mis["pooled"]["mean"] == 0.5
+    assert mis["pooled"]["se"] == pytest.approx(0.5 / 3 ** 0.5)
+    pro = res["protection: slca after RL, K1 - K0"]                     # [0, 0, 0] and [0, 1, 0]
+    assert pro["0"]["mean"] == 0 and pro["0"]["t"] == 0 and pro["pooled"]["mean"] == pytest.approx(1 / 6)
+    gap = res["protection: slca (K1 - K0) - grpo (K1 - K0)"]           # [-1, -1, 0] and [-1, 1, 0]
+    assert gap["0"]["mean"] == pytest.approx(-2 / 3) and gap["1"]["mean"] == 0
+    assert gap["pooled"]["mean"] == pytest.approx(-1 / 3)
+    assert len(res) == 5 and "learning: grpo, K=0 after - before" in res
+    assert "| grpo-k1-s0 | 0.667 -> 0.667 |" in md and "0.500 -> 0.500" in md and "+0.400 / -0.100 / +1.000 (1)" in md
+
+
 def weather(tmp_path):
     """2 SFT conversations that make one get_weather call, and 2 RL prompts of that kind (the shipped world's)."""
     sft = [json.loads(line) for line in open(os.path.join(ROOT, "data/world/sft.jsonl"))]
@@ -102,3 +165,29 @@ def test_smol_toy_run_learns_from_replayed_answers(tmp_path):
     table = json.load(open(out / "table.json"))
     assert table["runs"]["slca-s0"]["d_success"]["n"] == 2 and (out / "curves.png").stat().st_size > 0
     assert (out / "before.jsonl").exists() and (out / "slca-s0.jsonl").exists()
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_smol_wrong_toy_run(tmp_path):
+    """--world wrong at toy size (grpo only, to keep it short): the --wrong world at K = 0, 1 (a small
+    one), one SFT start on the enriched sample (2 conversations, 1 marked), the start evaluated on
+    each K's marked eval rows, one RL step per K on the marked prompts, the report's tests."""
+    out = tmp_path / "wrong"
+    r = subprocess.run([sys.executable, "scripts/smol.py", "--out", str(out), "--world", "wrong", "--size", "toy",
+                        "--seeds", "0", "--algos", "grpo", "--jobs", "1", "--", *PRECISION],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "SFT start, K=0, 2 marked eval prompts: wrong-value rate" in r.stdout and "SFT start, K=1" in r.stdout
+    assert json.load(open(out / "sft" / "config.json"))["sft_data"] == str(out / "sft-sample.jsonl")
+    for k in (0, 1):
+        run = out / f"grpo-k{k}-s0"
+        assert json.load(open(run / "config.json"))["data"] == str(out / f"world-wrong-half-k{k}" / "rl-marked1.jsonl")
+        rows = read_jsonl(run / "rollouts.jsonl")
+        assert rows and all("redundant" in row for row in rows)  # every RL prompt is marked
+        assert all("redundant" in row for row in read_jsonl(out / f"before-k{k}.jsonl") if "id" in row)
+    res = json.load(open(out / "wrong.json"))
+    assert res["sizes"]["sft"] == 2 and res["sizes"]["sft_marked"] == 1
+    assert res["tests"]["misattribution: grpo after RL, K1 - K0"]["0"]["n"] == 2
+    assert set(res["runs"]) == {"grpo-k0-s0", "grpo-k1-s0"}
+    assert res["runs"]["grpo-k1-s0"]["sampled_last"] is not None and (out / "wrong.md").exists()
