@@ -300,6 +300,7 @@ def paired(xs, ys):
     if len(d) - 1 > len(T95):
         raise ValueError(f"paired: {len(d)} seeds, the t table holds df up to {len(T95)}")
     mean, se = statistics.fmean(d), statistics.stdev(d) / len(d) ** 0.5
+    se = 0.0 if se < 1e-12 else se  # equal differences: a rounding error, not a spread
     t = mean / se if se else math.copysign(math.inf, mean) if mean else 0.0
     return {"d": d, "mean": mean, "se": se, "t": t, "df": len(d) - 1, "crit": T95[len(d) - 2], "shown": t >= T95[len(d) - 2]}
 
@@ -763,7 +764,7 @@ def commit():
     return r.stdout.strip() or None
 
 
-def write_outputs(a, argv, out, res, wall, kept):
+def write_outputs(a, argv, out, res, wall, kept, started):
     """<out>/<stem>.md and .json, and the figures; returns (stem, the header, the report text, the figures' names)."""
     text = (bonus_table(res, a.bonus) if a.bonus is not None else bonus_table(res, None) if a.powered
             else bonus_table(res, None, "wrong") if a.powered_arg else turn_report(res) if a.turn_credit is not None
@@ -777,7 +778,7 @@ def write_outputs(a, argv, out, res, wall, kept):
         f.write(header + text)
     with open(os.path.join(out, f"{stem}.json"), "w") as f:
         json.dump({"argv": argv, "seeds": a.seeds, "noise": a.noise, "bonus": a.bonus, "powered": a.powered, "powered_arg": a.powered_arg, "turn_credit": a.turn_credit,
-                   "wall_s": wall, "commit": commit(), "results": res},
+                   "wall_s": wall, "commit": started, "results": res},
                   f, indent=1)
     if a.bonus is not None or a.powered or a.powered_arg:
         plot_bonus(res, os.path.join(out, f"{stem}.png"), "wrong-argument call" if a.powered_arg else "redundant call")
@@ -844,7 +845,7 @@ def main(argv=None):
     out = a.out
     os.makedirs(out, exist_ok=True)
     extra = (TOY if a.size == "toy" else []) + extra
-    t0 = time.time()
+    t0, started = time.time(), commit()  # the checkout the runs start from
 
     plan, start_flags = experiment(a, out)
     kept_part = read_kept(a.kept, mode, a.seeds, [n for n, _ in plan], argv) if a.kept else None
@@ -865,7 +866,7 @@ def main(argv=None):
     kept = f", {len(ran) - sum(ran)} of {len(ran)} runs kept from earlier" if not all(ran) else ""
     kept += "; " + keep_arms(res, kept_part, a.kept, a.seeds) if a.kept else ""
     kept += "; merged with " + merge(res, got, a.merge) if a.merge else ""
-    stem, header, text, pngs = write_outputs(a, argv, out, res, wall, kept)
+    stem, header, text, pngs = write_outputs(a, argv, out, res, wall, kept, started)
     print("\n" + header + text)
     print(f"wall time {wall:.0f}s{kept}; outputs in {out}/ ({stem}.md, {stem}.json, {pngs})")
     return res
