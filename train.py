@@ -186,6 +186,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
                              a.norm_by_std, a.toolpo_norm_by_std, a.group_stats, decision)  # (B, L) Eqs. 6-8, 13-15
         slca = slca_terms(scores, turn_r, batch, keep, gids, a.lam_tool, a.lam_sum, a.norm_by_std,
                           a.group_stats)                                                    # for the logs, any --algo
+        t_lp = time.time()
         old, refl = old_and_ref_logprobs(model, ref, batch, a)
     t1 = time.time()
     stats, bad = ppo_update(model, opt, batch, old, refl, A, a, bad)                     # Eqs. 9-12
@@ -194,6 +195,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
             "missed": float(sum(unrecorded(r.turns, r.task) for r in rs))}  # in rows that record no response
     m, tot = loop.step_metrics(step, rs, scores, batch, stats, sums, sim_fail, judge_fail, bad, t_roll, t_train,
                                a.ppo_epochs)
+    m["t_logprobs"] = t1 - t_lp  # the old and reference passes (the rest of t_rollout .. t1: scoring, advantages)
     loop.check_failures(tot, a.max_fail_rate, step, a.sim_url or a.sim_model, a.judge_url or a.judge_model)
     return m, rs, scores, turn_r, (*slca[:2], keep), bad
 
