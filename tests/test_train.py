@@ -665,7 +665,7 @@ def test_turn_credit_zero_is_slca_bit_for_bit_and_a_half_trains_otherwise(tmp_pa
     argv = ["--data", two_step_world(tmp_path), "--sft-data", "", "--eval-data", "", "--tiny-size", "32", "1", "2",
             "--steps", "2", "--group-size", "4", "--prompts-per-step", "2", "--mini-batch", "1",
             "--max-turns", "3", "--lr", "1e-3", "--old-logprobs", "recompute"]
-    timing = ("rollout_tok_s", "train_tok_s", "t_rollout", "t_train", "elapsed")
+    timing = ("rollout_tok_s", "train_tok_s", "t_rollout", "t_logprobs", "t_train", "elapsed")
     runs, logged, finals = {}, {}, {}
     from transformers import AutoModelForCausalLM
     for name, extra in (("off", []), ("zero", ["--turn-credit", "0"]), ("half", ["--turn-credit", "0.5"]),
@@ -708,7 +708,7 @@ def test_decision_credit_summary_is_the_default_bit_for_bit_and_tool_pays_the_st
     argv = ["--data", two_step_world(tmp_path), "--sft-data", "", "--eval-data", "", "--tiny-size", "32", "1", "2",
             "--steps", "2", "--group-size", "4", "--prompts-per-step", "2", "--mini-batch", "1",
             "--max-turns", "3", "--lr", "1e-3", "--old-logprobs", "recompute"]
-    timing = ("rollout_tok_s", "train_tok_s", "t_rollout", "t_train", "elapsed")
+    timing = ("rollout_tok_s", "train_tok_s", "t_rollout", "t_logprobs", "t_train", "elapsed")
     runs, logged, finals, steps = {}, {}, {}, {}
     from transformers import AutoModelForCausalLM
     for name, extra in (("off", []), ("summary", ["--decision-credit", "summary"]), ("tool", ["--decision-credit", "tool"])):
