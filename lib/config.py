@@ -305,16 +305,16 @@ def with_preset(p, argv, a):
         p.error(f"--preset {name}: not TOML: {e}")
     if a.epochs is not None and a.steps is None:  # --epochs given: the steps follow it, whatever the preset
         settings.pop("steps", None)
-    auto = (a.dtype or settings.get("dtype")) == "auto"
-    if auto:  # resolved here, so the rule below and the saved config see the dtype that runs
-        settings["dtype"], note = auto_dtype(a.device)
-    if (settings["dtype"] if auto else a.dtype or settings.get("dtype")) != "float32":  # sampled log-probs carry
-        settings["old_logprobs"] = "recompute"                                             # the decode's rounding there
+    dtype, note = a.dtype or settings.get("dtype"), None
+    if dtype == "auto":  # resolved here, so the rule below and the saved config see the dtype that runs
+        dtype, note = auto_dtype(a.device)
+    if dtype != "float32":  # sampled log-probs carry the decode's own rounding there
+        settings["old_logprobs"] = "recompute"
     else:
-        settings.setdefault("old_logprobs", "sample")                                      # in float32 they are exact
+        settings.setdefault("old_logprobs", "sample")  # in float32 they are exact
     a = p.parse_args(preset_argv(settings, p) + list(sys.argv[1:] if argv is None else argv))
-    a.preset, a.dtype_note = name, note if auto else None
-    a.dtype = settings["dtype"] if auto else a.dtype
+    a.preset, a.dtype_note = name, note
+    a.dtype = dtype if note else a.dtype
     need = read_preset("demo").keys() & read_preset("paper").keys()
     for k in sorted(k for k in need if getattr(a, k) is None):
         p.error(f"--preset {name} sets no --{k.replace('_', '-')} and none was given")
