@@ -115,7 +115,7 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
     n, f, bwd_ratio = measure(cfg, prompt + response)
     h, layers = cfg.hidden_size, cfg.num_hidden_layers
     kv_dim = cfg.num_key_value_heads * (h // cfg.num_attention_heads)
-    kv = kv_bytes(cfg, gpus)                                                          # KV bytes per token
+    kv = kv_bytes(cfg)                                                                # KV bytes per token
     seq = prompt + response
     tokens = PROMPTS * prompt + ROLLOUTS * response                                   # T: each prompt once per group
     flops = {"sampling": f * tokens, "log-probs": 2 * f * tokens, "update": (2 + bwd_ratio) * f * tokens}
@@ -162,12 +162,12 @@ def cards(model):
               f"{x['training_peak'] / 1e9:>9.1f}G  {f'{c} GB' if c else 'none'}")
 
 
-def kv_bytes(cfg, gpus):
-    """KV cache bytes per token. Under FSDP2 keys and values are bf16; in one process the
-    embeddings stay float32 under autocast, so the rotary tables are float32 and the rotated keys
-    come out float32 (values bf16: measured on the tiny Qwen2, torch 2.13, transformers 5.24)."""
+def kv_bytes(cfg):
+    """KV cache bytes per token: keys and values in bf16. Under FSDP2 the model computes in bf16; in one
+    process under autocast the rotated keys come out float32 (float32 embeddings, so float32 rotary
+    tables) and the sampler stores them cast to bf16, as attention reads them (lib/sampler.py)."""
     kv_dim = cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads)
-    return cfg.num_hidden_layers * kv_dim * (BF16 + (BF16 if gpus > 1 else 4))
+    return cfg.num_hidden_layers * kv_dim * 2 * BF16
 
 
 def casts(cfg, gpus, gen_batch, micro_batch, response=RESPONSE, bw=BANDWIDTH):

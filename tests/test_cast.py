@@ -154,22 +154,24 @@ def test_plan_counts_the_casts_the_kv_dtype_and_the_frozen_llms():
                    "update_s": 2 * P.ROLLOUTS / 2 * 6 * matmul, "per_token_s": P.ROLLOUTS / 4 * 8 * 6 * matmul}
     assert two == {"copy": 2 * every, "sample_s": 3 * every, "logprob_s": P.ROLLOUTS / 2 / 8 * 3 * every,
                    "update_s": 2 * P.ROLLOUTS / 2 / 2 * 3 * every, "per_token_s": 0.0}
-    assert P.kv_bytes(cfg, 1) == 3 * 32 * (4 + 2) and P.kv_bytes(cfg, 2) == 3 * 32 * (2 + 2)  # float32 keys alone
+    assert P.kv_bytes(cfg) == 3 * 32 * (2 + 2)  # bf16 keys and values
     assert P.endpoint_s(2, sim_s=2.0, judge_s=10.0, calls=3.0) == {
         "sim_s": P.ROLLOUTS / 2 * 3 * 2.0 / P.SIM_WORKERS, "judge_s": P.ROLLOUTS / 2 * 10.0 / P.JUDGE_WORKERS}
 
 
-def test_one_process_bf16_kv_cache_has_float32_keys():
+def test_one_process_bf16_kv_cache_is_bf16():
     """What plan.kv_bytes counts for one process: under autocast on float32 weights (cast once or
-    not) the sampler's cache holds float32 keys (float32 rotary tables rotate them) and bf16 values."""
+    not) the rotated keys come out float32 (float32 rotary tables) and the sampler's cache holds them,
+    and the values, in bf16 (tests/test_rollout_sample.py: the same ids and log-probs)."""
     from helpers import tiny_model
     from lib import sampler
     from lib.precision import autocast, cast_once
     model = tiny_model()
-    with torch.no_grad(), autocast("bfloat16", "cpu"), cast_once(model, "bfloat16"):
-        (_, _, kv), = sampler.sample(model, [None], [[1, 2, 3]], [2], 0.0, stops=[])
-    keys, values = kv[0]
-    assert keys.dtype == torch.float32 and values.dtype == torch.bfloat16
+    for once in (True, False):
+        with torch.no_grad(), autocast("bfloat16", "cpu"), cast_once(model, "bfloat16" if once else "float32"):
+            (_, _, kv), = sampler.sample(model, [None], [[1, 2, 3]], [2], 0.0, stops=[])
+        keys, values = kv[0]
+        assert keys.dtype == values.dtype == torch.bfloat16
 
 
 def test_native_bf16_reads_the_cpu_flags_and_train_py_says_when_it_is_emulated(tmp_path, monkeypatch, capsys):

@@ -21,7 +21,7 @@ def reference(model, seqs, budgets, temperature, stops):
         logits = torch.stack([model(input_ids=torch.tensor([seqs[b] + new[b]])).logits[0, -1] for b in live])  # (b, V)
         logp = logits.float().log_softmax(-1)
         if temperature > 0:
-            nxt = torch.multinomial((logits.float() / temperature).softmax(-1), 1)[:, 0]
+            nxt = sampler.draw((logits.float() / temperature).softmax(-1))
         else:
             nxt = logp.argmax(-1)
         for b, t, x in zip(live, nxt.tolist(), logp.gather(-1, nxt[:, None])[:, 0].tolist()):
@@ -98,3 +98,52 @@ def test_the_cache_is_written_in_place():
         sampler.Slots.update = real
     assert [len(ids) for ids, _, _ in got] == [40] * 4
     assert len(seen) == 2  # the prefill's buffers (one row per prompt), then the batch's (one per row)
+
+
+def test_draw_samples_each_row_from_its_own_probabilities():
+    """The inverse-transform draw: frequencies within 5 standard errors of each row's probabilities
+    (400,000 draws, seeded), an id of probability 0 never drawn (between, before and after the
+    others), an unnormalised row drawn from its normalisation, and a non-finite row refused."""
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0],
+                          [0.0, 0.0, 0.0, 0.0, 1.0],
+                          [1e-9, 0.0, 0.0, 2.0, 2.0]])              # (3, 5); the last sums to 4
+    torch.manual_seed(0)
+    n = 400_000
+    counts = torch.zeros(3, 5)
+    for _ in range(n // 10_000):
+        ids = sampler.draw(probs.repeat_interleave(10_000, 0)).view(3, 10_000)  # (3, 10000)
+        counts += torch.nn.functional.one_hot(ids, 5).sum(1)
+    want = probs / probs.sum(-1, keepdim=True)
+    se = (want * (1 - want) / n).sqrt()
+    assert ((counts / n - want).abs() <= 5 * se + 1e-12).all()
+    assert (counts[want == 0] == 0).all()
+    with pytest.raises(ValueError, match="non-finite"):
+        sampler.draw(torch.tensor([[0.5, float("nan")]]))
+
+
+def test_an_autocast_cache_holds_what_attention_reads_and_changes_no_id():
+    """Under bf16 autocast the keys leave rotary in float32 and attention casts them to bf16 at
+    every step; the cache stores them cast once instead: two turns' ids and log-probs are bit for bit
+    those of a float32-key cache, at temperature 0 and 1, and the caches hold bf16."""
+    from lib.precision import autocast, cast_once
+    tok, model = tokenizer(), tiny_model(seed=1)
+    seqs = [tok.encode(p, add_special_tokens=False) for p in ("The weather in Paris is", "<tool_call>\n[")] * 3
+    budgets, real = [5, 9, 3, 12, 7, 6], sampler.batch_cache
+
+    def turns(dtype_of_cache, temperature):
+        sampler.batch_cache = lambda kvs, N, cap, dtype=None: real(kvs, N, cap, dtype_of_cache(dtype))
+        try:
+            torch.manual_seed(0)
+            with cast_once(model, "bfloat16"), autocast("bfloat16", "cpu"):
+                one = sample(model, [None] * 6, seqs, budgets, temperature, [])
+                glue = tok.encode(" obs\n", add_special_tokens=False)
+                two = sample(model, [kv for _, _, kv in one], [ids[-1:] + glue for ids, _, _ in one], budgets,
+                             temperature, [])
+        finally:
+            sampler.batch_cache = real
+        return [(ids, lps) for ids, lps, _ in one + two], {x.dtype for k, v in two[0][2] for x in (k, v)}
+
+    for temperature in (0.0, 1.0):
+        stored, dtypes = turns(lambda dtype: dtype, temperature)
+        recast, dtypes32 = turns(lambda dtype: None, temperature)
+        assert stored == recast and dtypes == {torch.bfloat16} and torch.float32 in dtypes32
