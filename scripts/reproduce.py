@@ -700,8 +700,10 @@ def read_kept(path, mode, seeds, names, argv):
         raise SystemExit(f"--kept {path}: not a results file (no argv)")
     if missing := sorted(set(seeds) - set.intersection(*have)):
         raise SystemExit(f"--kept {path}: seeds {missing} are not in it")
-    settings = lambda v: (vars(parser().parse_args(v[:v.index("--")] if "--" in v else v)),  # noqa: E731
-                          v[v.index("--") + 1:] if "--" in v else [])
+    def settings(v):
+        p = parser()
+        p.error = lambda message: sys.exit(f"--kept {path}: its argv does not parse ({message}): {' '.join(v)}")
+        return vars(p.parse_args(v[:v.index("--")] if "--" in v else v)), v[v.index("--") + 1:] if "--" in v else []
     (mine, extra), (theirs, their_extra) = settings(argv), settings(before)
     if (mine["size"], mine["world_scale"], extra) != (theirs["size"], theirs["world_scale"], their_extra):
         raise SystemExit(f"--kept {path}: another --size, --world-scale or train.py flags ({' '.join(before)})")

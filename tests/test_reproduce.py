@@ -246,6 +246,8 @@ def test_a_third_arm_runs_beside_kept_arms(tmp_path):
                      ('{"bonus": [0], "results": {}}', "no arm of --powered"),
                      ('{"powered": true, "argv": ["--size", "demo"], "results": {"grpo-half-k0": {"seeds": [1]}}}',
                       "another --size"),
+                     ('{"powered": true, "argv": ["--size", "huge"], "results": {"grpo-half-k0": {"seeds": [1]}}}',
+                      r"its argv does not parse \(argument --size: invalid choice"),
                      ('{"powered": true, "argv": ["--size", "toy", "--world-scale", "0.05", "--", "--eval-limit", "4", '
                       '"--steps", "2"], "results": {"grpo-half-k0": {"seeds": [1]}}}', "need slca's and grpo's")):
         (tmp_path / "bad.json").write_text(bad)
