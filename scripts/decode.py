@@ -19,8 +19,8 @@ Before timing, both steps' logits are compared at each context.
 each matmul weight cast once beforehand (lib.precision.cast_once), and adds a third step timed in
 the same loop, `recast`: the cached step on a float32 copy of the model under autocast alone, which
 casts every weight at every step (train.py's sampling before cast_once); `recast/cached` is the
-ratio. The cache stays float32 (what autocast on float32 weights writes: the rotary tables are
-float32), the floor's matmuls run in bf16.
+ratio. The cache holds bf16, as lib.sampler.sample stores it under autocast (the rotated keys
+come out float32 and are cast as written), the floor's matmuls run in bf16.
 
 Floor: 2 x matmul parameters x rows (every layer's q, k, v, o, gate, up and down, and the
 head) plus attention's 4 x rows x heads x head size x context x layers, at the FLOP rate of
@@ -60,13 +60,14 @@ def median_time(f, n):
     return statistics.median(times)
 
 
-def cache_of(model, rows, context):
-    """A batch cache of `rows` rows x `context` columns of random keys and values, ROOM columns free."""
+def cache_of(model, rows, context, dtype=None):
+    """A batch cache of `rows` rows x `context` columns of random keys and values in `dtype` (None:
+    float32), ROOM columns free."""
     cfg = model.config
     D = cfg.hidden_size // cfg.num_attention_heads                              # head size
     layers = []
     for _ in range(cfg.num_hidden_layers):
-        slots = sampler.Slots(context + sampler.ROOM)
+        slots = sampler.Slots(context + sampler.ROOM, dtype)
         kv = torch.randn(rows, cfg.num_key_value_heads, context, D)            # (B, Hkv, n, D)
         slots.update(kv, torch.randn_like(kv))
         layers.append(slots)
@@ -123,7 +124,7 @@ def table(a, model, recast, mm, stream):
     (mm, mm_flops), steps = mm, {"cached": sampler.forward, "compiled": compiled.compiled, "recast": sampler.forward}
     compile_s, first = None, None  # the compile time; the first context's step times
     for n in a.contexts:
-        cache = cache_of(model, a.rows, n)
+        cache = cache_of(model, a.rows, n, None if a.dtype == "float32" else getattr(torch, a.dtype))
         feed = torch.randint(0, model.config.vocab_size, (a.rows,))            # (B,)
         pos = torch.full((a.rows, 1), n)                                       # (B, 1)
         mask = torch.ones(a.rows, n + 1, dtype=torch.long)                     # (B, n + 1)
@@ -153,7 +154,7 @@ def table(a, model, recast, mm, stream):
         rate = mm_flops / ms["matmuls"] * 1e3                                   # FLOP/s
         flops = mm_flops + 4 * a.rows * model.config.hidden_size * n * model.config.num_hidden_layers  # + q.K, w.V
         floor_ms = 1e3 * flops / rate
-        read_ms = 1e3 * 2 * 4 * sum(layer.keys.numel() for layer in cache.layers) / stream  # keys and values, float32
+        read_ms = 1e3 * 2 * sum(layer.keys.nbytes for layer in cache.layers) / stream  # keys and values
         print(f"{n:>7} {ms['cached']:9.1f} {ms['compiled']:11.1f} {floor_ms:8.1f} {flops / 1e9:6.2f} {rate / 1e9:7.0f} "
               f"{read_ms:7.1f} {ms['cached'] / floor_ms:12.2f} {ms['compiled'] / floor_ms:14.2f} {diff:10.1e}"
               + (f" {ms['recast']:9.1f} {ms['recast'] / ms['cached']:13.2f} {recast_diff:13.1e}" if recast else ""))

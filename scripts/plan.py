@@ -162,12 +162,13 @@ def cards(model):
               f"{x['training_peak'] / 1e9:>9.1f}G  {f'{c} GB' if c else 'none'}")
 
 
-def kv_bytes(cfg):
-    """KV cache bytes per token: keys and values in bf16. Under FSDP2 the model computes in bf16; in one
-    process under autocast the rotated keys come out float32 (float32 embeddings, so float32 rotary
-    tables) and the sampler stores them cast to bf16, as attention reads them (lib/sampler.py)."""
+def kv_bytes(cfg, key=BF16):
+    """KV cache bytes per token, values in bf16 and keys in `key` bytes. Under FSDP2 the model computes
+    in bf16; in one process under autocast the rotated keys come out float32 (float32 embeddings, so
+    float32 rotary tables): the cached and compiled samplers store them cast to bf16, as attention
+    reads them (lib/sampler.py), `--sampler generate`'s DynamicCache keeps them float32 (key=4)."""
     kv_dim = cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads)
-    return cfg.num_hidden_layers * kv_dim * 2 * BF16
+    return cfg.num_hidden_layers * kv_dim * (key + BF16)
 
 
 def casts(cfg, gpus, gen_batch, micro_batch, response=RESPONSE, bw=BANDWIDTH):

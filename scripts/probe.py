@@ -133,7 +133,8 @@ def probe(size, p):
         sync()
         times["update"] = time.time() - t
     peak = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
-    step_bytes = 2 * n_params + B * (T + p.new_tokens / 2) * plan.kv_bytes(cfg)  # one decode step's reads
+    key = 4 if p.sampler == "generate" else 2                                      # bytes of a cached key (plan.kv_bytes)
+    step_bytes = 2 * n_params + B * (T + p.new_tokens / 2) * plan.kv_bytes(cfg, key)  # one decode step's reads
     bound = B * p.bandwidth / step_bytes                                           # tok/s at most
     print(f"{size:>5} {n_params / 1e9:6.2f}B{f' LoRA r {p.lora_r}' if p.lora_r else ''}  "
           f"sample {B * p.new_tokens / times['sample']:8.0f} tok/s (bandwidth bound {bound:.0f} at {p.bandwidth / 1e12:.2f} TB/s)  "

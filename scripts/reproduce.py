@@ -53,7 +53,9 @@ the sweep (and --turn-credit) reuses the comparison's slca and grpo runs. Output
                    third of RL steps, K=2 - K=0 paired t per algorithm), the falsifiers, the
                    manipulation check and the credit gap at the decision token; with --arms
                    slca-decision (README Eq. 15) and the arms it does not run taken from a kept report
-                   (--kept), its reading too (docs/diagnostic.md §3)
+                   (--kept), its reading too (docs/diagnostic.md §3); arms kept from before 444bb48
+                   sampled with torch.multinomial, arms run since by lib.sampler.draw: they pair by
+                   seed and SFT start, not by random draws
     powered-arg.md, .json, .png   (--powered-arg) the same for the other direction: make_world's
                    --wrong world at K = 0, 1 (<out>/world-wrong-half-k<K>/, 181 marked eval rows),
                    from its own SFT starts (<out>/sft-wrong-s<seed>/); the measure is the share of
@@ -700,6 +702,7 @@ def read_kept(path, mode, seeds, names, argv):
         raise SystemExit(f"--kept {path}: not a results file (no argv)")
     if missing := sorted(set(seeds) - set.intersection(*have)):
         raise SystemExit(f"--kept {path}: seeds {missing} are not in it")
+
     def settings(v):
         p = parser()
         p.error = lambda message: sys.exit(f"--kept {path}: its argv does not parse ({message}): {' '.join(v)}")

@@ -154,7 +154,7 @@ def test_plan_counts_the_casts_the_kv_dtype_and_the_frozen_llms():
                    "update_s": 2 * P.ROLLOUTS / 2 * 6 * matmul, "per_token_s": P.ROLLOUTS / 4 * 8 * 6 * matmul}
     assert two == {"copy": 2 * every, "sample_s": 3 * every, "logprob_s": P.ROLLOUTS / 2 / 8 * 3 * every,
                    "update_s": 2 * P.ROLLOUTS / 2 / 2 * 3 * every, "per_token_s": 0.0}
-    assert P.kv_bytes(cfg) == 3 * 32 * (2 + 2)  # bf16 keys and values
+    assert P.kv_bytes(cfg) == 3 * 32 * (2 + 2) and P.kv_bytes(cfg, 4) == 3 * 32 * (4 + 2)  # bf16 keys; generate's float32
     assert P.endpoint_s(2, sim_s=2.0, judge_s=10.0, calls=3.0) == {
         "sim_s": P.ROLLOUTS / 2 * 3 * 2.0 / P.SIM_WORKERS, "judge_s": P.ROLLOUTS / 2 * 10.0 / P.JUDGE_WORKERS}
 

@@ -11,8 +11,7 @@ from transformers import DynamicCache
 
 from helpers import tiny_model, tokenizer
 from lib.chat import chat_ids
-from lib import sampler
-from lib.sampler import sample
+from lib.sampler import draw, sample
 from rollout import collate, generate, prompt_ids, rollout, stop_ids, stop_text, tool_turn_ids
 from segment import Call, find_blocks, parse_block
 from simulator import Simulator
@@ -419,7 +418,7 @@ def test_generate_ignores_the_models_generation_config(monkeypatch):
     holds (Qwen2.5-Instruct's has top_k 20, top_p 0.8, repetition_penalty 1.05). While no row has
     ended, the reference makes the same draws as lib.sampler.sample from the same seed once its
     torch.multinomial draws as lib.sampler.draw does."""
-    monkeypatch.setattr(torch, "multinomial", lambda probs, num_samples: sampler.draw(probs)[:, None])
+    monkeypatch.setattr(torch, "multinomial", lambda probs, num_samples: draw(probs)[:, None])
     tok, model = tokenizer(), tiny_model()
     model.generation_config.update(top_k=2, top_p=0.5, repetition_penalty=3.0, temperature=0.3, do_sample=True)
     seqs = [tok.encode(f"The weather in {c}", add_special_tokens=False) for c in "ABCD"]

@@ -103,7 +103,7 @@ def test_the_cache_is_written_in_place():
 def test_draw_samples_each_row_from_its_own_probabilities():
     """The inverse-transform draw: frequencies within 5 standard errors of each row's probabilities
     (400,000 draws, seeded), an id of probability 0 never drawn (between, before and after the
-    others), an unnormalised row drawn from its normalisation, and a non-finite row refused."""
+    others), an unnormalised row drawn from its normalisation; a row not finite and positive refused."""
     probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0],
                           [0.0, 0.0, 0.0, 0.0, 1.0],
                           [1e-9, 0.0, 0.0, 2.0, 2.0]])              # (3, 5); the last sums to 4
@@ -117,11 +117,13 @@ def test_draw_samples_each_row_from_its_own_probabilities():
     se = (want * (1 - want) / n).sqrt()
     assert ((counts / n - want).abs() <= 5 * se + 1e-12).all()
     assert (counts[want == 0] == 0).all()
-    with pytest.raises(ValueError, match="non-finite"):
-        sampler.draw(torch.tensor([[0.5, float("nan")]]))
+    for bad in (float("nan"), float("inf"), 0.0):
+        with pytest.raises(ValueError, match="not finite and positive"):
+            sampler.draw(torch.tensor([[0.5, 0.5], [bad, 0.0 if bad == 0 else 0.5]]))
 
 
-def test_an_autocast_cache_holds_what_attention_reads_and_changes_no_id():
+@pytest.mark.parametrize("decode", [sampler.forward, compiled.decode], ids=["forward", "step"])
+def test_an_autocast_cache_holds_what_attention_reads_and_changes_no_id(decode):
     """Under bf16 autocast the keys leave rotary in float32 and attention casts them to bf16 at
     every step; the cache stores them cast once instead: two turns' ids and log-probs are bit for bit
     those of a float32-key cache, at temperature 0 and 1, and the caches hold bf16."""
@@ -135,10 +137,10 @@ def test_an_autocast_cache_holds_what_attention_reads_and_changes_no_id():
         try:
             torch.manual_seed(0)
             with cast_once(model, "bfloat16"), autocast("bfloat16", "cpu"):
-                one = sample(model, [None] * 6, seqs, budgets, temperature, [])
+                one = sample(model, [None] * 6, seqs, budgets, temperature, [], decode=decode)
                 glue = tok.encode(" obs\n", add_special_tokens=False)
                 two = sample(model, [kv for _, _, kv in one], [ids[-1:] + glue for ids, _, _ in one], budgets,
-                             temperature, [])
+                             temperature, [], decode=decode)
         finally:
             sampler.batch_cache = real
         return [(ids, lps) for ids, lps, _ in one + two], {x.dtype for k, v in two[0][2] for x in (k, v)}
