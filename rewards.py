@@ -320,11 +320,11 @@ def score_rollouts(rs, judge, weights=None, lam_tool=LAM, lam_sum=LAM, workers=1
         s.update(score_norm=max(0.0, s["score"]) / (lam_tool + lam_sum) if lam_tool + lam_sum > 0 else 0.0,
                  tool_turns=r.tool_turns, stop=r.stop, length=len(r.ids), sim_failed=r.failed,
                  parallel_type=r.task.parallel_type or "unknown")
-        if r.task.bonus:  # the diagnostic worlds: did the policy make the marked call (with its wrong arguments)?
-            blocks, _ = predicted_calls(r.text, r.task.allowed_tools)
-            s["redundant"] = float(any(c.name == r.task.bonus and all(k in c.arguments and loose_equal(c.arguments[k], v)
-                                                                      for k, v in r.task.bonus_args.items())
-                                       for calls in blocks for c in calls))
+        if r.task.bonus:  # the diagnostic worlds: did the policy call the marked tool, and with its marked arguments?
+            calls = [c for block in predicted_calls(r.text, r.task.allowed_tools)[0] for c in block if c.name == r.task.bonus]
+            s["called"] = float(bool(calls))
+            s["redundant"] = float(any(all(k in c.arguments and loose_equal(c.arguments[k], v)
+                                           for k, v in r.task.bonus_args.items()) for c in calls))
         return s
 
     with ThreadPoolExecutor(workers) as pool:

@@ -231,9 +231,10 @@ def contrast(rows, grpo, inside=False):
     over groups of the callers' mean minus the non-callers' mean of S_sum, S_process and the
     advantage at the decision token. --bonus: the first token after the turn that decides call vs
     summarise; a caller's opens its call, in the tool segment, Â_tool under SLCA; a non-caller's
-    opens the summary, Â_sum. `inside` (--wrong): the argument's tokens, inside the call, Â_tool
-    either way. Under GRPO every token gets Eq. 6's Â, recomputed here from the logged scores.
-    None where no group has both."""
+    opens the summary, Â_sum. `inside` (--wrong): the callers with the wrong value against the other
+    callers of the marked tool (`called`; a rollout that does not call it has no value's tokens), the
+    argument's tokens, inside the call, Â_tool either way. Under GRPO every token gets Eq. 6's Â,
+    recomputed here from the logged scores (over the whole group). None where no group has both."""
     import torch
     from advantage import grpo_advantages
     groups = {}
@@ -242,12 +243,15 @@ def contrast(rows, grpo, inside=False):
             groups.setdefault((r["step"], r["group"]), []).append(r)
     diffs = {"summary": [], "process": [], "decision": []}
     for g in groups.values():
+        adv = (grpo_advantages(torch.tensor([r["score"] for r in g], dtype=torch.float64),
+                               torch.zeros(len(g), dtype=torch.long)).tolist() if grpo else
+               [r["adv_tool"] if r["redundant"] > 0 or inside else r["adv_sum"] for r in g])  # (G,)
+        if inside:  # the marked tool's callers only: the others have no value's tokens
+            keep = [i for i, r in enumerate(g) if r["called"] > 0]
+            g, adv = [g[i] for i in keep], [adv[i] for i in keep]
         callers = [r["redundant"] > 0 for r in g]
         if all(callers) or not any(callers):
             continue
-        adv = (grpo_advantages(torch.tensor([r["score"] for r in g], dtype=torch.float64),
-                               torch.zeros(len(g), dtype=torch.long)).tolist() if grpo else
-               [r["adv_tool"] if c or inside else r["adv_sum"] for r, c in zip(g, callers)])  # (G,)
         cols = {"summary": [r["summary"] for r in g], "process": [r["process"] for r in g], "decision": adv}
         for k, xs in cols.items():
             diffs[k].append(statistics.fmean([x for x, c in zip(xs, callers) if c])

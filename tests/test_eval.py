@@ -534,11 +534,13 @@ def test_import_eval_needs_no_extra():
 
 def test_a_marked_call_with_wrong_arguments_counts_only_when_its_arguments_match():
     """--wrong's world: `redundant` is set when the marked tool is called with the marked wrong
-    arguments (loosely equal), not when it is called with the gold's."""
+    arguments (loosely equal), not when it is called with the gold's; `called` when it is called at all."""
     task = Task(messages=[], tools=[], allowed_tools=["f"], gold=[[{"name": "f", "arguments": {"x": 1, "u": "C"}}]],
                 question="What is f of 1 in C?", parallel_type="single_step_single_tool", facts=["42"], bonus="f",
                 bonus_args={"u": "F"})
     obs = ['{"y": 42}']
     call = '<tool_call>{"name": "f", "arguments": {"x": 1, "u": "%s"}}</tool_call>'
     rs = [fixture_rollout(task, obs, (call % u, obs), ("f of 1 is 42.", [])) for u in ("F", "C")]
-    assert [s["redundant"] for s in rewards.score_rollouts(rs, FactsJudge())] == [1.0, 0.0]
+    rs.append(fixture_rollout(task, obs, ("f of 1 is 42.", [])))  # no call: neither
+    scores = rewards.score_rollouts(rs, FactsJudge())
+    assert [s["redundant"] for s in scores] == [1.0, 0.0, 0.0] and [s["called"] for s in scores] == [1.0, 1.0, 0.0]

@@ -96,13 +96,15 @@ def test_wrong_report_paired_tests_by_hand(tmp_path):
     runs = {("slca", 0, 0): rows([0, 0, 1]), ("slca", 1, 0): rows([0, 0, 1]), ("grpo", 0, 0): rows([0, 0, 0]),
             ("grpo", 1, 0): rows([1, 1, 0]), ("slca", 0, 1): rows([1, 0, 0]), ("slca", 1, 1): rows([1, 1, 0]),
             ("grpo", 0, 1): rows([0, 0, 1]), ("grpo", 1, 1): rows([1, 0, 1])}
-    roll = [{"step": st, "group": 0, "redundant": x, "summary": su, "process": pr, "score": su + pr, "adv_tool": at,
-             "adv_sum": 0.0} for st, x, su, pr, at in [(0, 1, 0.9, 0.8, 0.5), (0, 0, 0.5, 0.9, -0.5), (1, 0, 0.5, 1, 0),
-                                                         (2, 1, 0.5, 1, 0), (2, 0, 0.5, 1, 0)]]
+    roll = [{"step": st, "group": 0, "called": ca, "redundant": x, "summary": su, "process": pr, "score": su + pr,
+             "adv_tool": at, "adv_sum": 0.0}
+            for st, ca, x, su, pr, at in [(0, 1, 1, 0.9, 0.8, 0.5), (0, 1, 0, 0.5, 0.9, -0.5), (0, 0, 0, 0, 0, 0),
+                                          (1, 1, 0, 0.5, 1, 0), (2, 1, 1, 0.5, 1, 0), (2, 1, 0, 0.5, 1, 0)]]
+    # step 0's third rollout does not call the marked tool: outside the contrast (it would pull the others' means)
     (tmp_path / "slca-k1-s0").mkdir()
     (tmp_path / "slca-k1-s0" / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in roll))
     t = smol.training(str(tmp_path / "slca-k1-s0"), "slca")
-    assert t["sampled_first"] == 0.5 and t["sampled_last"] == 0.5 and t["contrast_all"]["groups"] == 2
+    assert t["sampled_first"] == pytest.approx(1 / 3) and t["sampled_last"] == 0.5 and t["contrast_all"]["groups"] == 2
     c = t["contrast_first"]
     assert (c["summary"], c["process"], c["decision"], c["groups"]) == (pytest.approx(0.4), pytest.approx(-0.1), 1.0, 1)
     md = smol.wrong_report(str(tmp_path), before, runs, {x: t for x in runs}, {}, {
