@@ -226,15 +226,16 @@ def pooled(rows, steps):
     return statistics.fmean(xs) if xs else None
 
 
-def contrast(rows, grpo, inside=False):
+def contrast(rows, grpo, inside=False, wrong=False):
     """Over the marked groups that hold both callers (of the marked call) and non-callers: the mean
     over groups of the callers' mean minus the non-callers' mean of S_sum, S_process and the
     advantage at the decision token. --bonus: the first token after the turn that decides call vs
     summarise; a caller's opens its call, in the tool segment, Â_tool under SLCA; a non-caller's
-    opens the summary, Â_sum. `inside` (--wrong): the callers with the wrong value against the other
-    callers of the marked tool (`called`; a rollout that does not call it has no value's tokens), the
-    argument's tokens, inside the call, Â_tool either way. Under GRPO every token gets Eq. 6's Â,
-    recomputed here from the logged scores (over the whole group). None where no group has both."""
+    opens the summary, Â_sum. `inside`: Â_tool either way (--wrong's argument tokens, inside the
+    call; Eq. 15's decision token). `wrong` (--wrong): the callers with the wrong value against the
+    other callers of the marked tool (`called`; a rollout that does not call it has no value's
+    tokens). Under GRPO every token gets Eq. 6's Â, recomputed here from the logged scores (over the
+    whole group). None where no group has both."""
     import torch
     from advantage import grpo_advantages
     groups = {}
@@ -246,7 +247,7 @@ def contrast(rows, grpo, inside=False):
         adv = (grpo_advantages(torch.tensor([r["score"] for r in g], dtype=torch.float64),
                                torch.zeros(len(g), dtype=torch.long)).tolist() if grpo else
                [r["adv_tool"] if r["redundant"] > 0 or inside else r["adv_sum"] for r in g])  # (G,)
-        if inside:  # the marked tool's callers only: the others have no value's tokens
+        if wrong:  # the marked tool's callers only: the others have no value's tokens
             keep = [i for i, r in enumerate(g) if r["called"] > 0]
             g, adv = [g[i] for i in keep], [adv[i] for i in keep]
         callers = [r["redundant"] > 0 for r in g]
@@ -283,9 +284,10 @@ def bonus_summary(runs):
         first, last = thirds(rows) if rows else (set(), set())
         row["first"].append(pooled(rows, first))
         row["last"].append(pooled(rows, last))
-        grpo, inside = name.startswith("grpo"), "-wrong-" in name or name.startswith("slca-decision")  # Eq. 15: Â_tool
-        row["early"].append(contrast([r for r in rows if r["step"] in first], grpo, inside))
-        row["whole"].append(contrast(rows, grpo, inside))
+        grpo, wrong = name.startswith("grpo"), "-wrong-" in name
+        inside = wrong or name.startswith("slca-decision")  # Eq. 15: Â_tool
+        row["early"].append(contrast([r for r in rows if r["step"] in first], grpo, inside, wrong))
+        row["whole"].append(contrast(rows, grpo, inside, wrong))
     return out
 
 

@@ -48,12 +48,14 @@ W4. each seed, algorithm and K: train.py --model <out>/sft/sft on K's RL prompts
 W5. <out>/wrong.md and wrong.json (`wrong_report`): per run, before -> after RL on the marked eval
     prompts of the wrong-value rate, S_sum, Name F1, Format and Success@0.9; the sampled wrong-value
     rate of the marked training rollouts over the first and last third of RL steps (reproduce.thirds,
-    .pooled); in mixed marked groups, the wrong-value callers' minus the others' S_sum, S_process and
-    advantage on the value's tokens, over the first third of steps and all (reproduce.contrast); the
+    .pooled); in mixed groups of the marked tool's callers, the wrong-value callers' minus the other
+    callers' S_sum, S_process and advantage on the value's tokens, over the first third of steps and
+    all (reproduce.contrast); the
     paired per-prompt tests of `redundant` (`paired`, `pooled`: per seed, and pooled with each prompt's
     difference averaged over the seeds): learning (K = 0, after - before, per algorithm), K1 - K0 after
     RL per algorithm (grpo's: misattribution; slca's: protection), and each algorithm's K1 - K0 minus
-    grpo's (slca's: protection). No prediction, no verdict: numbers only.
+    grpo's (slca's: protection). No prediction, no verdict: numbers only (docs/smol.md holds the
+    pre-registration). <out>/curves.png: as step 4's, with the sampled wrong-value rate per RL step.
 """
 import argparse
 import importlib.util
@@ -205,23 +207,29 @@ def report(out, before, runs, walls):
     return md
 
 
-def plot(out, names):
+def plot(out, names, wrong=False):
     """curves.png: each run's training rollouts' mean score, Process and S_sum per RL step (thin) and
-    their running mean over the last 4 steps (thick; 4 prompts a step make one step's mean noisy)."""
+    their running mean over the last 4 steps (thick; 4 prompts a step make one step's mean noisy);
+    `wrong` (--world wrong) adds the sampled wrong-value rate of each step's rollouts (rollouts.jsonl)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    keys = ["score", "process", "summary"] + (["redundant"] if wrong else [])
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
     for i, name in enumerate(names):
         rows = [r for r in read_jsonl(os.path.join(out, name, "metrics.jsonl")) if "step" in r and "score" in r]
+        if wrong:
+            rolls = read_jsonl(os.path.join(out, name, "rollouts.jsonl"))
+            for r in rows:
+                r["redundant"] = statistics.fmean([x["redundant"] for x in rolls if x["step"] == r["step"]] or [0.0])
         x = [r["step"] + 1 for r in rows]
-        for ax, key in zip(axes, ("score", "process", "summary")):
+        for ax, key in zip(axes, keys):
             y = [r[key] for r in rows]
             run = [statistics.fmean(y[max(0, j - 3):j + 1]) for j in range(len(y))]
             ls = "--" if name.startswith("grpo") else "-"
             ax.plot(x, y, lw=0.6, alpha=0.4, color=f"C{i}", ls=ls)
             ax.plot(x, run, lw=2, color=f"C{i}", ls=ls, label=name)
-    for ax, title in zip(axes, ("score (S_process + S_sum)", "Process", "S_sum")):
+    for ax, title in zip(axes, ("score (S_process + S_sum)", "Process", "S_sum", "wrong-value rate")):
         ax.set(title=f"training rollouts: {title}", xlabel="RL step")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
@@ -303,8 +311,8 @@ def training(folder, algo):
     rows = read_jsonl(os.path.join(folder, "rollouts.jsonl"))
     first, last = reproduce.thirds(rows) if rows else (set(), set())
     return {"sampled_first": reproduce.pooled(rows, first), "sampled_last": reproduce.pooled(rows, last),
-            "contrast_first": reproduce.contrast([r for r in rows if r["step"] in first], algo == "grpo", True),
-            "contrast_all": reproduce.contrast(rows, algo == "grpo", True)}
+            "contrast_first": reproduce.contrast([r for r in rows if r["step"] in first], algo == "grpo", True, True),
+            "contrast_all": reproduce.contrast(rows, algo == "grpo", True, True)}
 
 
 def marked_row(rs):
@@ -383,7 +391,8 @@ def wrong_mode(a, model, extra, limit):
     trained = {x: training(os.path.join(a.out, f"{x[0]}-k{x[1]}-s{x[2]}"), x[0]) for x in plan}
     walls = {x: w for x, (_, w) in done.items() if w > 60}  # kept runs: no time
     print("\n" + wrong_report(a.out, before, {x: rs for x, (rs, _) in done.items()}, trained, walls, sizes))
-    print(f"all in {time.time() - t0:.0f}s; {a.out}/wrong.md, {a.out}/wrong.json")
+    plot(a.out, [f"{algo}-k{k}-s{s}" for algo, k, s in plan], wrong=True)
+    print(f"all in {time.time() - t0:.0f}s; {a.out}/wrong.md, {a.out}/wrong.json, {a.out}/curves.png")
 
 
 def main(argv=None):

@@ -293,7 +293,8 @@ def test_bonus_falsifiers_read_paired_t_tests():
 def test_sampled_rate_is_pooled_over_rollouts_and_the_contrast_routes_the_decision(tmp_path):
     """A toy rollouts.jsonl: 6 steps, marked and unmarked rows; the pooled rate of the last third
     weighs each rollout once (a mean of per-step means would not), and the decision token's
-    advantage is a caller's adv_tool and a non-caller's adv_sum under SLCA, Eq. 6's under GRPO."""
+    advantage is a caller's adv_tool and a non-caller's adv_sum under SLCA (adv_tool for both under
+    Eq. 15), Eq. 6's under GRPO."""
     rows = [{"step": s, "group": 0, "process": 1.0, "summary": 0.5, "score": 1.5, "adv_tool": 0.0, "adv_sum": 0.0}
             for s in range(1, 7)]  # unmarked: no "redundant"
     def marked(step, group, call, n=1):
@@ -312,6 +313,8 @@ def test_sampled_rate_is_pooled_over_rollouts_and_the_contrast_routes_the_decisi
     assert slca["summary"] == 0.5 and round(slca["process"], 3) == -0.1
     grpo = reproduce.contrast([r for r in rows if r["step"] in last], grpo=True)
     assert round(grpo["decision"], 3) == round(2 / 2 ** 0.5, 3)     # scores 1.9, 1.5: Â = ±0.707
+    decision = reproduce.contrast([r for r in rows if r["step"] in last], grpo=False, inside=True)  # Eq. 15: Â_tool
+    assert decision["groups"] == 1 and decision["decision"] == -1.0 - 1.0  # no "called" read outside --wrong
 
 
 def test_turn_credit_mode_runs_slca_grpo_and_slca_turn_from_one_sft_start(tmp_path):

@@ -174,7 +174,7 @@ def test_smol_toy_run_learns_from_replayed_answers(tmp_path):
 def test_smol_wrong_toy_run(tmp_path):
     """--world wrong at toy size (grpo only, to keep it short): the --wrong world at K = 0, 1 (a small
     one), one SFT start on the enriched sample (2 conversations, 1 marked), the start evaluated on
-    each K's marked eval rows, one RL step per K on the marked prompts, the report's tests."""
+    each K's marked eval rows, one RL step per K on the marked prompts, the report's tests, the curves."""
     out = tmp_path / "wrong"
     r = subprocess.run([sys.executable, "scripts/smol.py", "--out", str(out), "--world", "wrong", "--size", "toy",
                         "--seeds", "0", "--algos", "grpo", "--jobs", "1", "--", *PRECISION],
@@ -186,10 +186,11 @@ def test_smol_wrong_toy_run(tmp_path):
         run = out / f"grpo-k{k}-s0"
         assert json.load(open(run / "config.json"))["data"] == str(out / f"world-wrong-half-k{k}" / "rl-marked1.jsonl")
         rows = read_jsonl(run / "rollouts.jsonl")
-        assert rows and all("redundant" in row for row in rows)  # every RL prompt is marked
+        assert rows and all("redundant" in row and "called" in row for row in rows)  # every RL prompt is marked
         assert all("redundant" in row for row in read_jsonl(out / f"before-k{k}.jsonl") if "id" in row)
     res = json.load(open(out / "wrong.json"))
     assert res["sizes"]["sft"] == 2 and res["sizes"]["sft_marked"] == 1
     assert res["tests"]["misattribution: grpo after RL, K1 - K0"]["0"]["n"] == 2
     assert set(res["runs"]) == {"grpo-k0-s0", "grpo-k1-s0"}
     assert res["runs"]["grpo-k1-s0"]["sampled_last"] is not None and (out / "wrong.md").exists()
+    assert (out / "curves.png").stat().st_size > 0
