@@ -50,12 +50,12 @@ W5. <out>/wrong.md and wrong.json (`wrong_report`): per run, before -> after RL 
     rate of the marked training rollouts over the first and last third of RL steps (reproduce.thirds,
     .pooled); in mixed groups of the marked tool's callers, the wrong-value callers' minus the other
     callers' S_sum, S_process and advantage on the value's tokens, over the first third of steps and
-    all (reproduce.contrast); the
-    paired per-prompt tests of `redundant` (`paired`, `pooled`: per seed, and pooled with each prompt's
-    difference averaged over the seeds): learning (K = 0, after - before, per algorithm), K1 - K0 after
-    RL per algorithm (grpo's: misattribution; slca's: protection), and each algorithm's K1 - K0 minus
-    grpo's (slca's: protection). No prediction, no verdict: numbers only (docs/smol.md holds the
-    pre-registration). <out>/curves.png: as step 4's, with the sampled wrong-value rate per RL step.
+    all (reproduce.contrast); the paired per-prompt tests of `redundant` (`paired`, `pooled`: per seed,
+    and pooled with each prompt's difference averaged over the seeds): learning (K = 0, after - before,
+    per algorithm), K1 - K0 after RL per algorithm (grpo's: misattribution; slca's: protection), and
+    each algorithm's K1 - K0 minus grpo's (slca's: protection). No prediction, no verdict: numbers only
+    (docs/smol.md holds the pre-registration). <out>/curves.png: as step 4's, with the sampled
+    wrong-value rate per RL step.
 """
 import argparse
 import importlib.util
