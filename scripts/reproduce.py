@@ -219,6 +219,16 @@ def thirds(rows):
     return set(steps[:n]), set(steps[-n:])
 
 
+def per_step(rows):
+    """{step: the share of that step's marked rollouts (rows with "redundant") that made the bonus
+    call (--wrong: wrote the wrong value)}, steps in order."""
+    by_step = {}
+    for r in rows:
+        if "redundant" in r:
+            by_step.setdefault(r["step"], []).append(r["redundant"])
+    return {s: statistics.fmean(v) for s, v in sorted(by_step.items())}
+
+
 def pooled(rows, steps):
     """The share of the marked rollouts (rows with "redundant") of `steps` that made the bonus call,
     pooled over rollouts (not a mean of per-step means); None without one."""
@@ -276,11 +286,7 @@ def bonus_summary(runs):
                 row[key].setdefault(k, []).append(marked.get(label, {}).get(k))
         row["all"].append(evals(folder).get("after RL", {}).get("success"))
         rows = read(os.path.join(folder, "rollouts.jsonl"))
-        by_step = {}
-        for r in rows:
-            if "redundant" in r:
-                by_step.setdefault(r["step"], []).append(r["redundant"])
-        row["train"].append([[s, statistics.fmean(v)] for s, v in sorted(by_step.items())])  # lists: as JSON reads back
+        row["train"].append([[s, v] for s, v in per_step(rows).items()])  # lists: as JSON reads back
         first, last = thirds(rows) if rows else (set(), set())
         row["first"].append(pooled(rows, first))
         row["last"].append(pooled(rows, last))

@@ -219,9 +219,8 @@ def plot(out, names, wrong=False):
     for i, name in enumerate(names):
         rows = [r for r in read_jsonl(os.path.join(out, name, "metrics.jsonl")) if "step" in r and "score" in r]
         if wrong:
-            rolls = read_jsonl(os.path.join(out, name, "rollouts.jsonl"))
-            for r in rows:
-                r["redundant"] = statistics.fmean([x["redundant"] for x in rolls if x["step"] == r["step"]] or [0.0])
+            rate = reproduce.per_step(read_jsonl(os.path.join(out, name, "rollouts.jsonl")))
+            rows = [r | {"redundant": rate[r["step"]]} for r in rows if r["step"] in rate]
         x = [r["step"] + 1 for r in rows]
         for ax, key in zip(axes, keys):
             y = [r[key] for r in rows]
