@@ -241,10 +241,10 @@ def contrast(rows, grpo, inside=False, wrong=False):
     over groups of the callers' mean minus the non-callers' mean of S_sum, S_process and the
     advantage at the decision token. --bonus: the first token after the turn that decides call vs
     summarise; a caller's opens its call, in the tool segment, Â_tool under SLCA; a non-caller's
-    opens the summary, Â_sum. `inside`: Â_tool either way (--wrong's argument tokens, inside the
-    call; Eq. 15's decision token). `wrong` (--wrong): the callers with the wrong value against the
-    other callers of the marked tool (`called`; a rollout that does not call it has no value's
-    tokens). Under GRPO every token gets Eq. 6's Â, recomputed here from the logged scores (over the
+    opens the summary, Â_sum. `inside` (Eq. 15): a non-caller's decision token gets Â_tool too.
+    `wrong` (--wrong): the value's tokens, inside the call, Â_tool, of the callers with the wrong
+    value against the other callers of the marked tool (`called`; a rollout that does not call it
+    has no value's tokens). Under GRPO every token gets Eq. 6's Â, recomputed here from the logged scores (over the
     whole group). None where no group has both."""
     import torch
     from advantage import grpo_advantages
@@ -256,7 +256,7 @@ def contrast(rows, grpo, inside=False, wrong=False):
     for g in groups.values():
         adv = (grpo_advantages(torch.tensor([r["score"] for r in g], dtype=torch.float64),
                                torch.zeros(len(g), dtype=torch.long)).tolist() if grpo else
-               [r["adv_tool"] if r["redundant"] > 0 or inside else r["adv_sum"] for r in g])  # (G,)
+               [r["adv_tool"] if r["redundant"] > 0 or inside or wrong else r["adv_sum"] for r in g])  # (G,)
         if wrong:  # the marked tool's callers only: the others have no value's tokens
             keep = [i for i, r in enumerate(g) if r["called"] > 0]
             g, adv = [g[i] for i in keep], [adv[i] for i in keep]
@@ -290,8 +290,7 @@ def bonus_summary(runs):
         first, last = thirds(rows) if rows else (set(), set())
         row["first"].append(pooled(rows, first))
         row["last"].append(pooled(rows, last))
-        grpo, wrong = name.startswith("grpo"), "-wrong-" in name
-        inside = wrong or name.startswith("slca-decision")  # Eq. 15: Â_tool
+        grpo, inside, wrong = name.startswith("grpo"), name.startswith("slca-decision"), "-wrong-" in name
         row["early"].append(contrast([r for r in rows if r["step"] in first], grpo, inside, wrong))
         row["whole"].append(contrast(rows, grpo, inside, wrong))
     return out

@@ -310,8 +310,8 @@ def training(folder, algo):
     rows = read_jsonl(os.path.join(folder, "rollouts.jsonl"))
     first, last = reproduce.thirds(rows) if rows else (set(), set())
     return {"sampled_first": reproduce.pooled(rows, first), "sampled_last": reproduce.pooled(rows, last),
-            "contrast_first": reproduce.contrast([r for r in rows if r["step"] in first], algo == "grpo", True, True),
-            "contrast_all": reproduce.contrast(rows, algo == "grpo", True, True)}
+            "contrast_first": reproduce.contrast([r for r in rows if r["step"] in first], algo == "grpo", wrong=True),
+            "contrast_all": reproduce.contrast(rows, algo == "grpo", wrong=True)}
 
 
 def marked_row(rs):
