@@ -244,8 +244,8 @@ def contrast(rows, grpo, inside=False, wrong=False):
     opens the summary, Â_sum. `inside` (Eq. 15): a non-caller's decision token gets Â_tool too.
     `wrong` (--wrong): the value's tokens, inside the call, Â_tool, of the callers with the wrong
     value against the other callers of the marked tool (`called`; a rollout that does not call it
-    has no value's tokens). Under GRPO every token gets Eq. 6's Â, recomputed here from the logged scores (over the
-    whole group). None where no group has both."""
+    has no value's tokens). Under GRPO every token gets Eq. 6's Â, recomputed here from the logged
+    scores (over the whole group). None where no group has both."""
     import torch
     from advantage import grpo_advantages
     groups = {}
