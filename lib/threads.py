@@ -62,8 +62,8 @@ class Threads:
 
     def reading(self):
         """(time, CPUs, their busy seconds, this process's CPU seconds), or None without /proc/stat."""
-        m = machine()
-        return None if m is None else (time.monotonic(), *m, own())
+        t, m = time.monotonic(), machine()
+        return None if m is None else (t, *m, own())
 
     def update(self):
         """Read the load since the last reading and set the count; returns torch's count. A

@@ -3,6 +3,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+import types
 
 import torch
 
@@ -94,8 +96,20 @@ def test_train_drops_to_one_thread_beside_a_busy_process(tmp_path, monkeypatch):
     rl, sft = write_world(tmp_path)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads, "EVERY", 0.0)
-    start = threads.own()
-    monkeypatch.setattr(threads, "machine", lambda: (2, threads.own() + threads.time.monotonic() - start))
+    seen, real_own = {}, threads.own
+
+    def monotonic():  # the reading's clock, remembered so the machine's busy time is read at the same instant
+        seen["t"] = time.monotonic()
+        return seen["t"]
+
+    def machine():  # the others keep one core busy: their busy seconds are the wall clock's
+        seen["own"] = real_own()
+        return 2, seen["own"] + seen["t"]
+
+    # One instant per reading: a process preempted between its clock and /proc/stat (CI's load) cannot skew it.
+    monkeypatch.setattr(threads, "time", types.SimpleNamespace(monotonic=monotonic))
+    monkeypatch.setattr(threads, "machine", machine)
+    monkeypatch.setattr(threads, "own", lambda: seen["own"])
     torch.set_num_threads(2)
     try:
         train.main(["--data", rl, "--sft-data", sft, *TOY, "--out", str(tmp_path / "run")])
