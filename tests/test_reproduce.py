@@ -134,7 +134,7 @@ def test_powered_mode_runs_k0_and_k2_on_half_marked_prompts_from_the_bonus_sft_s
     assert part(1, "--merge", str(tmp_path / "part0.json")) == res  # seed order, whichever part ran first
 
 
-def test_powered_arg_mode_runs_the_wrong_argument_world_from_its_own_sft_start(tmp_path):
+def test_powered_arg_mode_runs_the_wrong_argument_world_from_its_own_sft_start(tmp_path, capsys):
     """--powered-arg: make_world's --wrong world at K = 0, 1, half marked, its own SFT start per
     seed (the teacher's demonstrations differ from --bonus's), and the same pre-registered reading."""
     out = tmp_path / "arg"
@@ -153,6 +153,13 @@ def test_powered_arg_mode_runs_the_wrong_argument_world_from_its_own_sft_start(t
     assert all(set(g) <= {"unit", "days", "from", "to"} and None not in g.values() for _, g in rows.values())
     got = value_reading.reading(out / "slca-wrong-k1-s0")  # the run's own rollouts.jsonl (a toy policy may not call)
     assert all(n > 0 and 0 <= m <= 1 and 0 <= c <= 1 for n, m, c in got.values())
+    run = out / "slca-wrong-k1-s0"  # a run logged before the `called` field: reported, its value's contrast left out
+    rolls = [json.loads(x) for x in (run / "rollouts.jsonl").read_text().splitlines()]
+    (run / "rollouts.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "called"}) + "\n"
+                                                for r in rolls))
+    old = reproduce.bonus_summary({("slca-wrong-k1", 0): str(run)})["slca-wrong-k1"]
+    assert old["whole"] == old["early"] == [{"summary": None, "process": None, "decision": None, "groups": 0}]
+    assert old["last"] == res["slca-wrong-k1"]["last"] and "no 'called' field" in capsys.readouterr().err
 
 
 def test_value_reading_against_chance_by_hand(tmp_path):

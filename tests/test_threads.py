@@ -106,7 +106,7 @@ def test_train_drops_to_one_thread_beside_a_busy_process(tmp_path, monkeypatch):
         seen["own"] = real_own()
         return 2, seen["own"] + seen["t"]
 
-    # One instant per reading: a process preempted between its clock and /proc/stat (CI's load) cannot skew it.
+    # One instant per reading: os.times' 10 ms ticks or a preemption between two reads cannot skew a ~15 ms step.
     monkeypatch.setattr(threads, "time", types.SimpleNamespace(monotonic=monotonic))
     monkeypatch.setattr(threads, "machine", machine)
     monkeypatch.setattr(threads, "own", lambda: seen["own"])
