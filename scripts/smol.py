@@ -1,5 +1,5 @@
 """A real pretrained model learns through this code, offline: SmolLM2-135M-Instruct on the shipped
-tool world (README "A real model learns"; docs/smol.md).
+tool world (docs/smol.md).
 
     python scripts/smol.py --out runs/smol                  # SFT once, then SLCA and GRPO, seeds 0 1
     python scripts/smol.py --out runs/smol --seeds 0 1 2 --algos slca

