@@ -291,11 +291,12 @@ def bonus_summary(runs):
         row["first"].append(pooled(rows, first))
         row["last"].append(pooled(rows, last))
         grpo, inside, wrong = name.startswith("grpo"), name.startswith("slca-decision"), "-wrong-" in name
-        if wrong and any("redundant" in r and "called" not in r for r in rows):  # logged before the field existed
+        unread = wrong and any("redundant" in r and "called" not in r for r in rows)  # logged before the field
+        if unread:
             print(f"{folder}/rollouts.jsonl: no 'called' field, so no value's-token contrast (left out)", file=sys.stderr)
-            rows, first = [], set()
-        row["early"].append(contrast([r for r in rows if r["step"] in first], grpo, inside, wrong))
-        row["whole"].append(contrast(rows, grpo, inside, wrong))
+        kept = [] if unread else rows
+        row["early"].append(contrast([r for r in kept if r["step"] in first], grpo, inside, wrong))
+        row["whole"].append(contrast(kept, grpo, inside, wrong))
     return out
 
 
