@@ -232,9 +232,7 @@ def plot_curves(res, path):
 def parts(files, mode, seeds):
     """The <stem>.json of earlier parts of this mode (a mode run in parts, e.g. seed 0 first and seeds
     1-3 later: seeds pair only within themselves, so parts combine), refused before anything runs if
-    another mode's or if they hold one of `seeds` (mode None: no mode here)."""
-    if files and not mode:
-        raise SystemExit("--merge: parts of --powered or --powered-arg only")
+    another mode's or if they hold one of `seeds`."""
     got, seen = [], set(seeds)
     for path in files:
         try:

@@ -371,3 +371,14 @@ def test_turn_report_gives_each_type_per_seed_and_the_verdict():
     assert "- seed 0: all +0.150 (2 SE 0.096): helped; has parallel +0.300 (2 SE 0.230): helped" in text
     assert "- seed 1: all +0.020 (2 SE 0.100): within noise; has parallel +0.050 (2 SE 0.227): within noise" in text
     assert "| slca-turn@0.5 | 0.610 ± 0.127 | 0.855 ± 0.007 | 1.750 ± 0.071 | 0.100 ± 0.000 | 0.100 ± 0.000 |" in text
+
+
+def test_misattribution_refuses_a_mix_of_modes_before_anything_runs(tmp_path, capsys):
+    """One mode per invocation; --merge, --arms and --kept are --powered's and --powered-arg's."""
+    for argv, why in (([], "give one of"), (["--bonus", "0", "--powered"], "not allowed with"),
+                      (["--bonus", "0", "1", "--merge", "x.json"], "--powered's and --powered-arg's"),
+                      (["--bonus", "0", "--arms", "slca", "slca-decision"], "--powered's and --powered-arg's")):
+        with pytest.raises(SystemExit):
+            misattribution.main(argv + ["--out", str(tmp_path)])
+        assert why in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # no world built, no run started
