@@ -341,7 +341,7 @@ def wrong_report(out, before, runs, trained, walls, sizes):
                      + f" | {num(t['sampled_first'])} -> {num(t['sampled_last'])} | {wall} |")
         gaps.append(f"| {name} | {gap(t['contrast_first'])} | {gap(t['contrast_all'])} |")
     cols = [str(s) for s in seeds] + (["pooled"] if len(seeds) > 1 else [])
-    tests = [f"| per-prompt Δ of the wrong-value rate (mean ± SE (t)) | " + " | ".join(
+    tests = ["| per-prompt Δ of the wrong-value rate (mean ± SE (t)) | " + " | ".join(
         f"seed {c}" if c != "pooled" else "pooled over seeds" for c in cols) + " |", "|---|" + "---|" * len(cols)]
     tests += [f"| {label} | " + " | ".join(cell(d[c]) for c in cols) + " |" for label, d in res["tests"].items()]
     md = "\n".join(
