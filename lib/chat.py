@@ -21,7 +21,7 @@ from lib.text import encodable
 
 
 # Qwen2.5-Instruct's chat template writes these around the tools (one JSON object per line);
-# CHAT_TEMPLATE below, scripts/make_world.py's system prompts and bench/hermes.py use them.
+# CHAT_TEMPLATE below, tools/make_world.py's system prompts and bench/hermes.py use them.
 TOOLS_HEAD = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
               "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
 TOOLS_TAIL = ("\n</tools>\n\nFor each function call, return a json object with function name and "

@@ -9,7 +9,7 @@ the cache with Slots.update, outside the compiled graph) and attention reads the
 columns plus the new id's own key, so the graph never mutates its inputs. torch.compile
 (inductor) turns it into the matmuls and a few fused kernels, one call per step. What is left
 is the matmuls and the read of every layer's keys and values: past a few hundred ids of cache
-that read, not the FLOPs, bounds a step on a CPU (scripts/decode.py prints both).
+that read, not the FLOPs, bounds a step on a CPU (tools/decode.py prints both).
 
 Shapes: the rows (live rows leave the batch) and the cache columns (one more each step) are
 dynamic dimensions (`torch.compile(dynamic=True)`), so one graph serves every step of every
@@ -17,7 +17,7 @@ turn, whatever the rows and columns. A single row runs as two (torch.compile spe
 size of 1: it would compile a second graph), its cache copied as views of a buffer like the
 cache's own (a plain tensor fails a guard on the view's base: a second graph too). The first
 call compiles (a minute on a loaded 2-core CPU for the 10M model, much less once inductor's
-on-disk cache holds it: TORCHINDUCTOR_CACHE_DIR); scripts/decode.py counts that time.
+on-disk cache holds it: TORCHINDUCTOR_CACHE_DIR); tools/decode.py counts that time.
 
 What it computes, per layer of a Qwen2 (Qwen2ForCausalLM only, with its own forward: a model
 with forward hooks or a forward of its own is refused, since `step` reads its weights and

@@ -16,7 +16,7 @@ from lib.runfolder import read_json
 from lib.text import take_unencodable
 
 LOGS = ("metrics", "rollouts", "eval", "credit")  # <out>/<name>.jsonl
-CREDIT_GROUPS = 2  # groups a step (per rank) whose token ids, masks and rewards go to credit.jsonl (scripts/credit.py)
+CREDIT_GROUPS = 2  # groups a step (per rank) whose token ids, masks and rewards go to credit.jsonl (credit/page.py)
 CREDIT_KEYS = ("format", "name", "key", "value", "parallel", "process", "summary", "score", "omission", "r_tool",
                "r_sum", "r_succ", "r_action")  # the rewards advantage.py reads, and Eq. 2's parts
 STOPS = ("done", "no_call", "turns", "tool_rounds", "length")  # rollout.py's stop reasons

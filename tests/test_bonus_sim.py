@@ -1,5 +1,5 @@
-"""scripts/bonus_sim.py: the corrected routing (a non-caller's decision token is the summary's first)."""
-from scripts import bonus_sim
+"""experiments/bonus_sim.py: the corrected routing (a non-caller's decision token is the summary's first)."""
+from experiments import bonus_sim
 
 
 def test_slca_routes_the_no_call_choice_to_the_summary_so_k_moves_both_algorithms():

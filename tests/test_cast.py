@@ -142,9 +142,9 @@ def test_reference_computes_as_the_policy_in_bf16(tmp_path):
 
 
 def test_plan_counts_the_casts_the_kv_dtype_and_the_frozen_llms():
-    """scripts/plan.py's `casts`, `kv_bytes` and `endpoint_s` on a small config, against counts by hand."""
+    """tools/plan.py's `casts`, `kv_bytes` and `endpoint_s` on a small config, against counts by hand."""
     from transformers import Qwen2Config
-    from scripts import plan as P
+    from tools import plan as P
     cfg = Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
     matmul = 3 * (64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128 + 64 + 32 + 32) + 64 * 1000  # q, o; k, v; mlp; biases; head

@@ -1,11 +1,10 @@
-"""scripts/credit.py, the credit page, read back from a real headless Chromium (`--dump-dom`): a toy
+"""credit/page.py, the credit page, read back from a real headless Chromium (`--dump-dom`): a toy
 demo run's group, a scripted run that trained on Eqs. 14 and 15, and the README's --example; every
 token's advantage and colour against advantage.py, and hostile text that must stay text."""
 import json
 import os
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 
 import pytest
@@ -14,10 +13,7 @@ import torch
 import train
 from advantage import grpo_advantages, slca_advantages
 from test_train import scripted_sampling, two_step_world
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import credit  # noqa: E402
+from credit import page as credit
 
 BROWSER = shutil.which("chromium-headless-shell") or shutil.which("chromium")
 

@@ -4,7 +4,6 @@ import ast
 import collections
 import copy
 import functools
-import importlib.util
 import itertools
 import json
 import re
@@ -21,12 +20,11 @@ from lib import data
 from lib.data import PARALLEL_TYPES, DataError, Task, drop_long, load_sft, load_tasks, parallel_type_of, release_files
 from rewards import FactsJudge
 from helpers import hub_cache
+from tools import make_world
+from tools.world import ENTITIES, KINDS, SERVERS, World
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = ROOT / "data" / "world"
-spec = importlib.util.spec_from_file_location("make_world", ROOT / "scripts" / "make_world.py")
-make_world = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(make_world)
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "w", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -210,7 +208,7 @@ def test_parallel_type_of():
 # --- the shipped world --------------------------------------------------------------------
 
 def run_make_world(monkeypatch, *args):
-    """scripts/make_world.py's command line, run in this process (a subprocess would spend
+    """tools/make_world.py's command line, run in this process (a subprocess would spend
     seconds importing transformers again)."""
     monkeypatch.setattr(sys, "argv", ["make_world.py", *map(str, args)])
     make_world.main()
@@ -330,8 +328,8 @@ def test_serial_teacher_splits_parallel_steps_and_changes_nothing_else():
 
 def test_summaries_state_every_fact():
     """Each generated answer states all its reference facts (the offline judge rates it 5)."""
-    w, r, judge = make_world.World(3), __import__("random").Random(3), FactsJudge()
-    for kind, (ptype, *_rest) in make_world.KINDS.items():
+    w, r, judge = World(3), __import__("random").Random(3), FactsJudge()
+    for kind, (ptype, *_rest) in KINDS.items():
         for _ in range(5):
             ex = make_world.make_example(w, r, kind)
             if ptype == "irrelevant":
@@ -357,7 +355,7 @@ def test_eval_holds_out_combinations_never_questions(world):
     assert all(make_world.is_eval(0, e["combo"]) == (name == "eval") for name in ex for e in ex[name])
     # closed vocabularies: each entity an eval question names, training names as well
     train_text = " ".join(sorted(train_q))
-    named = {e for c in combos["eval"] for e in c.split("|")[1:] if e in make_world.ENTITIES}
+    named = {e for c in combos["eval"] for e in c.split("|")[1:] if e in ENTITIES}
     assert named and all(e in train_text for e in named)
     assert {r["extra_info"]["kind"] for r in rows["eval"]} <= {r["extra_info"]["kind"] for r in rows["rl"]}
 
@@ -391,7 +389,7 @@ def test_demo_tokenizer_copies_ids_and_loads_as_built(world, tmp_path):
 
 
 def test_system_prompt_is_qwen_hermes_form():
-    tools = make_world.SERVERS["weather"]
+    tools = SERVERS["weather"]
     s = make_world.system_prompt(tools)
     head, rest = s.split("\n\n# Tools\n\n", 1)
     assert "JSON list" in head and "<tool_call>" in head

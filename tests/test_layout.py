@@ -23,16 +23,32 @@ def test_the_top_level_is_the_eight_modules():
     assert {p.stem for p in ROOT.glob("*.py")} == TOP
 
 
-def test_lib_imports_no_top_level_module_nor_bench_nor_scripts():
+ABOVE = {"bench", "experiments", "tools", "credit", "integrations"}  # the folders that import the method, never imported by it
+FOLDERS = {"lib", "bench", "experiments", "tools", "credit"}  # the Python folders; each holds one kind of thing
+
+
+def test_lib_imports_no_top_level_module_nor_a_folder_above_it():
     for path in (ROOT / "lib").glob("*.py"):
-        bad = imports(path) & (TOP | {"bench", "scripts"})
+        bad = imports(path) & (TOP | ABOVE)
         assert not bad, f"{path.name} imports {sorted(bad)}"
 
 
-def test_the_top_level_imports_neither_bench_nor_scripts_and_has_no_cycle():
+def test_no_python_folder_besides_the_named_ones():
+    """A new folder of code is named here and in the README's Layout table."""
+    found = {p.parent.relative_to(ROOT).parts[0] for p in ROOT.glob("*/*.py")} - {"tests", "data", "configs", "docs"}
+    assert found <= FOLDERS | {"integrations"}, sorted(found)
+
+
+def test_experiments_and_tools_run_as_modules_without_a_path_patch():
+    """`python -m experiments.<name>` / `python -m tools.<name>`: no file patches sys.path to find the method."""
+    for path in [*(ROOT / "experiments").glob("*.py"), *(ROOT / "tools").glob("*.py"), *(ROOT / "credit").glob("*.py")]:
+        assert "sys.path.insert" not in path.read_text(), f"{path.relative_to(ROOT)} patches sys.path"
+
+
+def test_the_top_level_imports_no_folder_above_it_and_has_no_cycle():
     graph = {m: imports(ROOT / f"{m}.py") for m in TOP}
     for m, deps in graph.items():
-        assert not deps & {"bench", "scripts"}, f"{m}.py imports {sorted(deps & {'bench', 'scripts'})}"
+        assert not deps & ABOVE, f"{m}.py imports {sorted(deps & ABOVE)}"
 
     def reach(m, seen):
         for d in graph[m] & TOP:
@@ -45,12 +61,12 @@ def test_the_top_level_imports_neither_bench_nor_scripts_and_has_no_cycle():
 
 
 
-def test_the_method_tests_import_neither_bench_nor_scripts_nor_a_system_test():
+def test_the_method_tests_import_no_folder_above_the_method_nor_a_system_test():
     """`-m method` (tests/conftest.py METHOD) runs with requirements.txt alone: what needs the extras stays out."""
     from conftest import METHOD
     system = {p.stem for p in (ROOT / "tests").glob("test_*.py")} - {name[:-3] for name in METHOD}
     for name in METHOD:
-        bad = imports(ROOT / "tests" / name) & (system | {"bench", "scripts"})
+        bad = imports(ROOT / "tests" / name) & (system | ABOVE)
         assert not bad, f"{name} imports {sorted(bad)}"
 
 def test_no_citation_points_outside_the_repository():
@@ -66,7 +82,7 @@ def test_no_citation_points_outside_the_repository():
 def test_no_function_over_60_lines_without_a_reason():
     """The style rule: a function over ~60 lines says why in its docstring ("Long because ...")."""
     for path in [*ROOT.glob("*.py"), *(ROOT / "lib").glob("*.py"), *(ROOT / "bench").glob("*.py"),
-                 *(ROOT / "scripts").glob("*.py")]:
+                 *(ROOT / "experiments").glob("*.py"), *(ROOT / "tools").glob("*.py"), *(ROOT / "credit").glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                 assert "Long because" in (ast.get_docstring(node) or ""), \

@@ -178,12 +178,8 @@ def test_torchrun_with_lora_is_refused_in_one_line(capsys, monkeypatch):
 
 
 def test_plan_counts_lora_as_the_float32_base_and_the_adapters():
-    """scripts/plan.py with LoRA: 4 B per base parameter plus 16 B per adapter parameter, the rest as without."""
-    import importlib.util
-    path = os.path.join(os.path.dirname(train.__file__), "scripts", "plan.py")
-    spec = importlib.util.spec_from_file_location("plan", path)
-    plan = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plan)
+    """tools/plan.py with LoRA: 4 B per base parameter plus 16 B per adapter parameter, the rest as without."""
+    from tools import plan
     cfg = plan.config("3B")
     h, inter = cfg.hidden_size, cfg.intermediate_size
     kv = cfg.num_key_value_heads * h // cfg.num_attention_heads                            # k and v's output size

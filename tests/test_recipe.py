@@ -226,10 +226,10 @@ def test_keep_failed_trains_on_failed_rollouts_and_the_gate_reaches_the_scorer(t
 
 
 # --------------------------------------------------------------------------------------------
-# scripts/plan.py: the estimate's arithmetic
+# tools/plan.py: the estimate's arithmetic
 def test_plan_counts_the_passes_of_a_step():
     from transformers import Qwen2Config
-    from scripts import plan as P
+    from tools import plan as P
     cfg = Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
     cfg._attn_implementation = "sdpa"
@@ -246,9 +246,9 @@ def test_plan_counts_the_passes_of_a_step():
 
 
 def test_paper_preset_gen_batch_is_the_plans(paper):
-    """The paper preset samples scripts/plan.py's rows: on one 80 GB GPU their sampling peak leaves
+    """The paper preset samples tools/plan.py's rows: on one 80 GB GPU their sampling peak leaves
     plan.FREE of the card, the next multiple of G's does not (docs/memory.md)."""
-    from scripts import plan as P
+    from tools import plan as P
     a = paper()
     assert a.gen_batch == P.GEN_BATCH and a.gen_batch % a.group_size == 0
     cfg = P.config("3B")
@@ -369,3 +369,19 @@ def test_bad_prompt_file_is_one_line_naming_flag_and_file(tmp_path, capsys, text
         train.get_args(["--sim-prompt", str(path)])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert e.value.code == 2 and f"error: --sim-prompt {path}: " in err and why in err
+
+
+def test_gpu_probe_says_no_gpu_and_runs_a_cpu_smoke_step(capsys, monkeypatch):
+    from tools import probe
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert probe.main([]) == 0 and "no GPU here" in capsys.readouterr().out
+    assert probe.main(["--sizes", "tiny", "--device", "cpu", "--prompts", "1", "--group-size", "2",
+                       "--new-tokens", "4", "--prompt-tokens", "8"]) == 0
+    assert "sample" in capsys.readouterr().out
+    assert probe.main(["--sizes", "tiny", "--device", "cpu", "--prompts", "1", "--group-size", "2",
+                       "--new-tokens", "4", "--prompt-tokens", "8", "--lora-r", "2"]) == 0
+    assert "LoRA r 2" in capsys.readouterr().out
+    monkeypatch.setattr(probe.compiled, "compiled", probe.compiled.decode)  # the step uncompiled: no compile here
+    assert probe.main(["--sizes", "tiny", "--device", "cpu", "--prompts", "1", "--group-size", "2",
+                       "--new-tokens", "4", "--prompt-tokens", "8", "--sampler", "compiled"]) == 0
+    assert "sampler compile" in capsys.readouterr().out

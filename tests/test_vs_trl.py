@@ -1,4 +1,4 @@
-"""scripts/vs_trl.py: the FLOP count of its floor columns (by hand, and against torch's counter),
+"""tools/vs_trl.py: the FLOP count of its floor columns (by hand, and against torch's counter),
 the passes it counts, and the script end to end on a toy size (the project and the floor)."""
 import math
 
@@ -9,7 +9,7 @@ from transformers import Qwen2Config
 
 from helpers import tokenizer
 from lib import tiny
-from scripts import vs_trl
+from tools import vs_trl
 
 
 def test_forward_flops_by_hand():

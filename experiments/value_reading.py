@@ -1,6 +1,6 @@
-"""Does a policy read a call's contested argument from the question? (docs/results.md, `--powered-arg`)
+"""Does a policy read a call's contested argument from the question? (docs/experiments/wrong-value.md)
 
-    python scripts/value_reading.py runs/reproduce/*-wrong-k*-s3
+    python -m experiments.value_reading runs/reproduce/*-wrong-k*-s3
 
 For each run directory (its config.json names the --data file, its rollouts.jsonl the sampled
 trajectories): over the marked training rollouts (rows with extra_info.bonus_args), for each

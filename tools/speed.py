@@ -1,8 +1,8 @@
 """Rollout speed: rollout.py's two samplers, `--sampler generate` (model.generate, the
 reference) against `--sampler cached` (lib/sampler.py, the default).
 
-    python scripts/speed.py                      # both models, single- and multi-turn, 3 rounds
-    python scripts/speed.py --rounds 5 --models tiny
+    python -m tools.speed                      # both models, single- and multi-turn, 3 rounds
+    python -m tools.speed --rounds 5 --models tiny
 
 generate: every turn one left-padded `generate` over the whole conversation of every live row,
 each prompt prefilled G times, finished rows decoding on until the batch's last row ends.
@@ -24,19 +24,16 @@ answered, until the turn cap).
 """
 import argparse
 import functools
-import os
 import statistics
-import sys
 import time
 
 import torch
 from transformers import Qwen2ForCausalLM
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import rollout  # noqa: E402
-from lib import tiny  # noqa: E402
-from lib.data import load_sft, load_tasks  # noqa: E402
-from simulator import Simulator  # noqa: E402
+import rollout
+from lib import tiny
+from lib.data import load_sft, load_tasks
+from simulator import Simulator
 
 SHAPES = {"tiny": (32, 1, 2), "10M": (256, 12, 8)}  # hidden, layers, heads
 EOS_BIAS, CALL_BIAS, CLOSE_BIAS = 2.5, 2.8, 8.0  # e^2.5 / 2056 ids: eos ~1 in 170 steps; <tool_call> ~1 in 130

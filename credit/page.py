@@ -1,8 +1,8 @@
 """The credit page: one prompt's group, token by token, coloured by the advantage each token trains on.
 
-    python scripts/credit.py runs/slca-s0                     # the last step's first group -> runs/slca-s0/credit.html
-    python scripts/credit.py runs/slca-s0 --step 12 --prompt 1 --out page.html
-    python scripts/credit.py --example                        # README's case, no run needed -> credit-example.html
+    python -m credit.page runs/slca-s0                     # the last step's first group -> runs/slca-s0/credit.html
+    python -m credit.page runs/slca-s0 --step 12 --prompt 1 --out page.html
+    python -m credit.page --example                        # README's case, no run needed -> credit-example.html
 
 train.py keeps, for the first groups of each RL step (lib/loop.py CREDIT_GROUPS), every rollout's
 prompt and response ids, its response mask and its rewards (<run>/credit.jsonl). This page reads
@@ -20,16 +20,15 @@ import argparse
 import html
 import json
 import os
-import sys
 
 import torch
 
+from advantage import token_advantages
+from segment import decision_mask, run_index, segment_masks
+from lib.files import read_jsonl
+from lib.text import encodable
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root
-sys.path.insert(0, ROOT)
-from advantage import token_advantages  # noqa: E402
-from segment import decision_mask, run_index, segment_masks  # noqa: E402
-from lib.files import read_jsonl  # noqa: E402
-from lib.text import encodable  # noqa: E402
 
 RED, BLUE, WHITE = (215, 48, 39), (69, 117, 180), (255, 255, 255)  # ColorBrewer RdBu's ends
 PARTS = ("format", "name", "key", "value", "parallel")  # Eq. 2's

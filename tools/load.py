@@ -1,8 +1,8 @@
 """Wall time of `python train.py` on an idle machine and beside one CPU-bound process, per thread setting.
 
-    python scripts/load.py                  # the demo itself, every setting idle and loaded (about 1.5 hours on 2 cores)
-    python scripts/load.py --quick          # a proxy: 200 SFT conversations, 8 RL steps, no eval (minutes)
-    python scripts/load.py --settings default      # train.py with no thread variable set
+    python -m tools.load                  # the demo itself, every setting idle and loaded (about 1.5 hours on 2 cores)
+    python -m tools.load --quick          # a proxy: 200 SFT conversations, 8 RL steps, no eval (minutes)
+    python -m tools.load --settings default      # train.py with no thread variable set
 
 Why: a laptop always has something else running. At torch's default two threads every parallel
 region (one matmul, one norm) ends at a barrier where both threads meet, thousands of times a

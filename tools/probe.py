@@ -1,9 +1,9 @@
 """GPU step probe: one RL step of a random-initialised Qwen2 at the paper preset, per size.
 
-    python scripts/probe.py                        # 0.5B, 1.5B and 3B shapes, G = 16, on the GPU
-    python scripts/probe.py --sizes tiny --device cpu --prompts 1 --group-size 2 --new-tokens 8   # CPU smoke
-    python scripts/probe.py --sampler compiled     # sampling by lib/sampler.py, its steps compiled (lib/compiled.py)
-    python scripts/probe.py --sizes 3B --lora-r 8  # LoRA (lib/lora.py): adapters only, the reference = adapters off
+    python -m tools.probe                        # 0.5B, 1.5B and 3B shapes, G = 16, on the GPU
+    python -m tools.probe --sizes tiny --device cpu --prompts 1 --group-size 2 --new-tokens 8   # CPU smoke
+    python -m tools.probe --sampler compiled     # sampling by lib/sampler.py, its steps compiled (lib/compiled.py)
+    python -m tools.probe --sizes 3B --lora-r 8  # LoRA (lib/lora.py): adapters only, the reference = adapters off
 
 For each shape (Qwen2.5's: hidden, layers, heads, kv heads, MLP width, 151,936-token
 vocabulary, tied embeddings) it builds the model the way train.py does (float32 master
@@ -16,26 +16,24 @@ each decoding step through the model's forward, "cached", or lib/compiled.py's c
 "compiled", whose compile time is measured apart, on a first 2-id sample), then runs the old
 and reference log-prob passes and the PPO update (train.ppo_update, the release's loss
 aggregation). It prints sampling tokens/s beside its memory-bandwidth bound, the most a step can reach (each decode step
-reads the bf16 weights and the rows' KV cache at --bandwidth, scripts/plan.py's H100 by default), the time of each
-phase, and the peak GPU memory beside what scripts/plan.py predicts for the states (18 B per
+reads the bf16 weights and the rows' KV cache at --bandwidth, tools/plan.py's H100 by default), the time of each
+phase, and the peak GPU memory beside what tools/plan.py predicts for the states (18 B per
 parameter; with LoRA 4 B per base and 16 B per adapter parameter). Without a GPU (and without
 --device cpu) it says so and exits 0.
 """
 import argparse
-import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from lib import compiled  # noqa: E402
-from lib import logprobs  # noqa: E402
-from lib import lora  # noqa: E402
-from lib import precision  # noqa: E402
-from lib import sampler  # noqa: E402
-import train  # noqa: E402
-from scripts import plan  # noqa: E402
+from lib import compiled
+from lib import logprobs
+from lib import lora
+from lib import precision
+from lib import sampler
+import train
+from tools import plan
 
 SHAPES = {  # Qwen2.5 configs: hidden, layers, heads, kv heads, intermediate
     "tiny": (64, 2, 4, 2, 128),
@@ -159,7 +157,7 @@ def main(argv=None):
                    help="generate = model.generate; cached = lib/sampler.py; compiled = its steps compiled")
     p = p.parse_args(argv)
     if p.device.startswith("cuda") and not torch.cuda.is_available():
-        print("no GPU here: scripts/probe.py measures a GPU step; run it on a machine with CUDA "
+        print("no GPU here: tools/probe.py measures a GPU step; run it on a machine with CUDA "
               "(or pass --device cpu for a smoke run)")
         return 0
     for size in p.sizes:

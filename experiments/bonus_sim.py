@@ -1,8 +1,8 @@
-"""The diagnostic's prediction, before any real run (docs/results.md "Credit misattribution, constructed").
+"""The diagnostic's prediction, before any real run (docs/experiments/misattribution.md).
 
-    python scripts/bonus_sim.py [--seeds 20] [--lr 0.01 0.03 0.1] [--marked 0.5] [--arg]
+    python -m experiments.bonus_sim [--seeds 20] [--lr 0.01 0.03 0.1] [--marked 0.5] [--arg]
 
-A toy of the demo's RL on the diagnostic world's marked prompts (scripts/make_world.py --bonus K):
+A toy of the demo's RL on the diagnostic world's marked prompts (tools/make_world.py --bonus K):
 the policy is two Bernoulli choices, each a logit. `call`: after the gold calls, the next turn's
 first token either opens the bonus call or opens the summary; `state`: once the call was made,
 the summary states its values. Rewards follow the world's arithmetic (tests/test_data.py checks
@@ -39,16 +39,13 @@ either way; there is no `state` choice.
 """
 import argparse
 import math
-import os
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
-from advantage import grpo_advantages, slca_advantages  # noqa: E402
+from advantage import grpo_advantages, slca_advantages
 
 G, PROMPTS, STEPS = 8, 16, 60  # the demo's (configs/demo.toml)
-MARKED = 0.5                    # share of RL prompts of a bonus kind: reproduce.py --powered (--bonus: 0.147, measured)
+MARKED = 0.5                    # share of RL prompts of a bonus kind: experiments.misattribution --powered (--bonus: 0.147, measured)
 START_CALL = 0.5                # make_world.BONUS_SHARE: half the teacher's demonstrations make the call
 START_STATE = 0.9               # the teacher always states the values after the call; a little slack
 FACTS = 2                       # ordinary reference facts of a bonus kind's task

@@ -2,11 +2,11 @@
 own forward) against `--sampler compiled` (lib/compiled.py, torch.compile), beside the step's
 matmul floor.
 
-    python scripts/decode.py                         # the 10M model, 64 rows, caches of 64, 256 and 512 ids, 1 thread
-    python scripts/decode.py --rows 16 --contexts 1024 --steps 50
-    python scripts/decode.py --dtype bfloat16        # bf16 autocast: the weights cast once against at every step
+    python -m tools.decode                         # the 10M model, 64 rows, caches of 64, 256 and 512 ids, 1 thread
+    python -m tools.decode --rows 16 --contexts 1024 --steps 50
+    python -m tools.decode --dtype bfloat16        # bf16 autocast: the weights cast once against at every step
 
-The model is scripts/vs_trl.py's "10M" (tiny.build_model: hidden 256, 12 layers, 8 heads, on
+The model is tools/vs_trl.py's "10M" (tiny.build_model: hidden 256, 12 layers, 8 heads, on
 a tokenizer trained on the shipped world). For each of --contexts, every row holds a cache of
 that many columns (lib.sampler.Slots with sample's ROOM free columns, random keys and values)
 and feeds one id. The two steps run alternately on that cache, --steps times each (a step's
@@ -31,7 +31,6 @@ memory, not FLOPs.
 """
 import argparse
 import copy
-import os
 import statistics
 import sys
 import time
@@ -39,12 +38,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from lib import compiled, sampler, tiny  # noqa: E402
-from lib.precision import autocast, cast_once  # noqa: E402
-from lib.data import load_sft, load_tasks  # noqa: E402
+from lib import compiled, sampler, tiny
+from lib.precision import autocast, cast_once
+from lib.data import load_sft, load_tasks
 
-SHAPE = (256, 12, 8)  # hidden, layers, heads: scripts/vs_trl.py's "10M"
+SHAPE = (256, 12, 8)  # hidden, layers, heads: tools/vs_trl.py's "10M"
 ROWS, CONTEXTS, STEPS = 64, (64, 256, 512), 30  # --rows, --contexts, --steps
 STREAM = 100_000_000  # float32 values summed to measure the streaming rate (400 MB, past every cache)
 
