@@ -203,9 +203,10 @@ def f32(xs):
     return torch.tensor(xs, dtype=torch.float32).tolist()
 
 
-# two groups of four and a group of one; group 1's summary rewards 1e-6 apart, so that ε shows
+# two groups of four (three and two with a tool segment) and a group of one; group 1's summary rewards 1e-6
+# apart, so that ε shows
 ROWS = [[1, 1, 0, 1, 1, 0, 1, 1], [1, 0, 1, 1, 0, 0, 0, 0], [0, 1, 1, 1, 0, 0, 0, 0], [1, 0, 1, 0, 1, 1, 0, 0],
-        [1, 1, 0, 0, 0, 0, 0, 0], [0, 1, 0, 1, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0, 0], [0, 1, 0, 1, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0], [1, 0, 1, 1, 0, 0, 0, 0],
         [1, 0, 1, 1, 0, 0, 0, 0]]
 GIDS = [0, 0, 0, 0, 1, 1, 1, 1, 2]
 R_TOOL = f32([0.9, 0.8, 0.5, 0.25, 0.3, 0.7, 0.1, 0.2, 0.6])
@@ -220,8 +221,8 @@ def scores():
 
 def advantages(algo, **kw):
     b = batch(ROWS)
-    A = token_advantages(algo, scores(), kw.pop("turn_r", [[] for _ in ROWS]), b, torch.ones(len(ROWS), dtype=torch.bool),
-                         torch.tensor(GIDS), **kw)
+    keep = torch.ones(len(ROWS), dtype=torch.bool)
+    A = token_advantages(algo, scores(), kw.pop("turn_r", [[] for _ in ROWS]), b, keep, torch.tensor(GIDS), **kw)
     return A.double().tolist(), b
 
 
@@ -263,7 +264,7 @@ def test_eq7_and_eq8_slca():
     A, b = advantages("slca", lam_tool=2.0, lam_sum=3.0)
     eps = advantage_eps()
     tool, summary = segment_advantages(eps, b)
-    assert tool[0] != 0 and tool[5] == 0 and tool[2] == 0       # group 1 has one tool row; row 2 none
+    assert tool[5] != 0 and tool[2] == tool[4] == tool[8] == 0    # P_tool: 2 rows in group 1, 1 in group 2
     assert abs(segment_advantages(10 * eps, b)[1][5] / summary[5] - 1) > 0.1   # ε shows in group 1's summaries
     close(A, per_token(b, lambda i, t: 2.0 * tool[i], lambda i, t: 3.0 * summary[i]))
 
