@@ -179,7 +179,8 @@ def parser(method, episode_flags):
     g.add_argument("--out", default=None, help="run folder; default runs/<algo>-s<seed>")
     g.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     g.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run in --out")
-    g.add_argument("--save-every", type=int, default=0, help="checkpoint every N RL steps; 0 = only when stopped by SIGTERM/SIGINT (final/ is always written)")
+    g.add_argument("--save-every", type=int, default=0,
+                   help="checkpoint every N RL steps; 0 = only when stopped by SIGTERM/SIGINT (final/ is always written)")
     g.add_argument("--keep", type=int, default=2, help="checkpoints kept")
     g.add_argument("--max-bad-updates", type=int, default=3, help="non-finite updates in a row before stopping")
     g.add_argument("--seed", type=int, default=0, help="seeds torch and random at start, the RL data order and --judge-noise")

@@ -219,7 +219,7 @@ def test_keep_failed_trains_on_failed_rollouts_and_the_gate_reaches_the_scorer(t
     monkeypatch.setattr(train, "ppo_update", update)
     argv = ["--data", rl, *ARGV, "--steps", "1", "--group-size", "4", "--summary-gate", "release", "--keep-failed"]
     train.main(argv + ["--out", str(tmp_path / "a")])
-    m, = [json.loads(l) for l in open(tmp_path / "a" / "metrics.jsonl")]
+    m, = [json.loads(x) for x in open(tmp_path / "a" / "metrics.jsonl")]
     assert m["judge_failed"] == 0.25                                # still counted
     assert seen["mask"].sum(1).min() > 0                            # but every rollout keeps its tokens
     assert seen["gate"] == "release" and seen["tok"] is not None
