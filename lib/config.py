@@ -304,7 +304,7 @@ def preset_argv(settings, p):
         if k not in flags or k in ("model", "preset", "help"):
             p.error(f"--preset: {k!r} is not a flag a preset sets")
         if isinstance(v, bool):
-            argv += [flags[k][0 if v else 1]] if v or len(flags[k]) > 1 else []  # --x / --no-x
+            argv += [flags[k][0 if v else 1]] if v or len(flags[k]) > 1 else []  # the flag, or its negation
         elif isinstance(v, list):
             argv += [flags[k][0], *map(str, v)]
         else:
