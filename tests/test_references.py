@@ -5,22 +5,25 @@
   file's headings, bold run-in heads or paragraphs;
 - `docs/x.md §n` (and the `§m` that follow it, and a bare `§n` inside docs/method.md) is a numbered heading there;
 - `Eq. n` is one of the README's numbered equations;
+- a module's name (`segment.decision_mask`, `lib.sampler.draw`) in prose, a comment or a string is defined there;
 - a `--flag` after `train.py` or `eval.py` (in the same code span or command) is one of that command's flags, and
   any other `--flag` is defined by some parser in the repository, or is one of another tool's (EXTERNAL).
 Relative markdown links `[x](path)` are tests/test_links.py's. Paths resolve against the tree as it is.
 """
 import ast
 import fnmatch
+import io
 import re
 import subprocess
+import tokenize
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = [f for f in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
-         .stdout.splitlines() if f.endswith((".py", ".md", ".toml", ".txt")) and (ROOT / f).exists()]
 TRACKED = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split())
+FILES = sorted(f for f in TRACKED if f.endswith((".py", ".md", ".toml", ".txt")) and (ROOT / f).exists()
+               and f != "tests/test_references.py")  # this file: its patterns and examples are no references
 FOLDERS = {str(Path(f).parents[i]) for f in TRACKED for i in range(len(Path(f).parents) - 1)}
 TOP = sorted({f.split("/")[0] for f in TRACKED if "/" in f})  # the repository's top folders
 ELSEWHERE = {  # paths of other repositories, cited as such (fnmatch patterns)
@@ -82,6 +85,34 @@ def top_names(f):
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names |= {(a.asname or a.name).split(".")[0] for a in node.names}
     return names
+
+
+def methods(f):
+    """The names the classes of a module define (a parameter named after its class: `simulator.respond`)."""
+    return {n.name for c in ast.parse((ROOT / f).read_text()).body if isinstance(c, ast.ClassDef)
+            for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def prose(f):
+    """(line, text) of what a reader reads: a .py file's comments and strings, any other file's lines."""
+    text = (ROOT / f).read_text()
+    if not f.endswith(".py"):
+        return list(enumerate(text.splitlines(), 1))
+    return [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(text).readline)
+            if t.type in (tokenize.COMMENT, tokenize.STRING)]
+
+
+MODULES = {f[:-3].replace("/", "."): f for f in TRACKED if f.endswith(".py")}
+NAMED = re.compile(r"(?<![\w./-])((?:%s)\.\w+|%s)\.([A-Za-z_]\w*)" % (
+    "|".join(t for t in TOP if t.isidentifier()), "|".join(m for m in MODULES if "." not in m)))
+SUFFIXES = {"py", "md", "json", "jsonl", "toml", "txt", "png", "parquet", "gguf", "html"}  # train.py, eval.jsonl: files
+
+
+def test_every_cited_module_name_exists():
+    bad = [f"{f}:{n}: {m.group(0)}" for f in FILES for n, text in prose(f) for m in NAMED.finditer(text)
+           if m.group(1) in MODULES and m.group(2) not in SUFFIXES
+           and m.group(2) not in top_names(MODULES[m.group(1)]) | methods(MODULES[m.group(1)])]
+    assert not bad, "names their module does not define:\n" + "\n".join(bad)
 
 
 def test_every_cited_path_exists():
