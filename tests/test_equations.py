@@ -410,11 +410,13 @@ def test_eq12_aggregation_and_its_N():
 def test_train_py_runs_the_readme_constants_in_both_presets():
     eps, c, beta = loss_constants()
     w = read(2, "S_process = {}·format + {}·name + {}·key + {}·value + {}·parallel")
+    agg = re.search(r"`--loss-agg ([\w-]+)` \(the default in both presets\)", PROSE)
+    assert agg, "the README no longer names the presets' --loss-agg"
     p = train.parser()
     defaults = {a.dest: a.default for a in p._actions}
     for name in ("demo", "paper"):
         preset = config.read_preset(name)
         run = {k: preset.get(k, defaults[k]) for k in ("clip_eps", "clip_c", "kl_beta", "hierr_weights", "lam_tool",
-                                                       "lam_sum", "turn_credit", "decision_credit")}
+                                                       "lam_sum", "turn_credit", "decision_credit", "loss_agg")}
         assert run == {"clip_eps": eps, "clip_c": c, "kl_beta": beta, "hierr_weights": w, "lam_tool": 1.0,
-                       "lam_sum": 1.0, "turn_credit": 0.0, "decision_credit": "summary"}, name
+                       "lam_sum": 1.0, "turn_credit": 0.0, "decision_credit": "summary", "loss_agg": agg.group(1)}, name
