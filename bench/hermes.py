@@ -1,4 +1,4 @@
-"""The Hermes tool format written out as plain chat text (docs/method.md §6, §9), stdlib + lib/tiny.py.
+"""The Hermes tool format written out as plain chat text (docs/method.md §6, §9), stdlib + lib/chat.py.
 
 A benchmark hands over chat messages with structured tool calls plus an OpenAI tool list.
 `as_text(messages, tools, framing)` writes them as plain {role, content} messages, which
@@ -17,7 +17,7 @@ any chat template (or an OpenAI-compatible endpoint without tool support) then w
   release's template drops the items' system messages). Earlier tool calls are written
   back as one JSON-list block. TOUCAN_RULES is written here in the project's own words with
   the release's structure and format examples, not its exact text: `rules` replaces it, e.g.
-with the release's text brought by the user (eval.py --system-prompt FILE).
+with the release's text brought by the user (`python -m bench bfcl|tau2 --system-prompt FILE`).
 
 In both framings an assistant message's tool calls become its text (content, then the
 block(s)) and a run of tool messages becomes one user message of `<tool_response>` blocks.

@@ -15,7 +15,7 @@ model (docs/method.md §9):
   (`LoopStop`: its last LOOP_WINDOW tokens repeat one unit of at most LOOP_PERIOD tokens).
   Deviation (a flag): the release's vLLM would run such a loop on to the budget; the cut
   reply is the same failure, minutes sooner (a small model loops on unfamiliar prompts).
-  `loop_stop=False` (eval.py --no-loop-cut) runs it on to the budget, as the release.
+  `loop_stop=False` (`python -m bench ... --no-loop-cut`) runs it on to the budget, as the release.
   A reply also ends where the model's context ends, and a prompt that fills the context
   gets an empty reply, as an OpenAI-compatible server refuses it (the demo model has 4,096
   positions; BFCL's multi-turn prompts are longer).

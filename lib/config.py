@@ -5,6 +5,7 @@ A preset is a plain TOML file of flag values, read as if its flags came first on
 so a flag given always wins: configs/demo.toml without --model, configs/paper.toml with one, or
 --preset NAME (a file in configs/) or PATH. Two rules follow the flags given: --epochs without
 --steps drops the preset's steps (they follow the epochs); below float32 --old-logprobs is recompute.
+--help shows the flags a run usually sets; --help-all shows every flag, HIDDEN's too, in the same groups.
 """
 import argparse
 import hashlib
@@ -25,8 +26,7 @@ CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WHY = {"demo": "no --model; --preset paper for the paper's recipe",           # the default's reason, by --model
        "paper": "a named --model; --preset demo for the demo's settings"}
 REPORT_TO = ("none", "tensorboard", "wandb")  # --report-to (lib/files.py Report)
-HIDDEN = {  # accepted but not on --help: set by a preset, restoring the release (docs/deviations.md) or operational;
-    # each listed with its help in docs/training.md "Flags not on --help"
+HIDDEN = {  # on --help-all, not on --help: set by a preset, restoring the release (docs/deviations.md) or operational
     "model": "grad_ckpt tiny_size lora_alpha lora_dropout lora_targets merge_lora",
     "data": "skip_bad_rows",
     "SFT warm start": "sft_warmup sft_batch sft_max_len sft_tokens sft_turns sft_limit sft_weight_decay",
@@ -37,7 +37,8 @@ HIDDEN = {  # accepted but not on --help: set by a preset, restoring the release
                                    "json_depth sim_prompt judge_prompt sim_key sim_timeout sim_deadline sim_retries "
                                    "sim_max_tokens judge_key judge_timeout judge_deadline judge_retries judge_max_tokens",
     "simulator and judge in training": "keep_failed solved_prompt max_fail_rate step_deadline max_unscored",
-    "run": "keep max_bad_updates show",
+    "run": "keep max_bad_updates",
+    "diagnostics": "show",
 }
 
 
@@ -51,12 +52,14 @@ def num(text):
 
 def parser(method, episode_flags):
     """The flag table: the run's whole config, one flat list grouped under headers (model, data, SFT,
-    RL, loss, rewards and advantages, the episode, simulator and judge, run), each default taken from
+    RL, loss, rewards and advantages, the episode, simulator and judge, run, diagnostics), each default taken from
     the module that owns it (`method`: the method modules' defaults and choices, train.METHOD;
     `episode_flags` adds the episode's group, eval.add_episode_flags), or None where a preset file
     sets it. Long because it is the table, one flag a line."""
     p = argparse.ArgumentParser(description="SLCA-GRPO training", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                epilog="More flags, accepted but not shown: docs/training.md, \"Flags not on --help\".")
+                                epilog="These are the flags a run usually sets; --help-all shows every flag.")
+    p.add_argument("--help-all", action=HelpAll, help="show every flag (those a preset sets, those restoring the "
+                                                      "release's behaviour, the operational ones) and exit")
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None, help="hub name, local folder or .gguf file (dequantized once into "
                                                  "~/.cache/slca-grpo); none = build the tiny demo model")
@@ -110,10 +113,10 @@ def parser(method, episode_flags):
     g.add_argument("--prompts-per-step", type=int, default=None)
     g.add_argument("--mini-batch", type=int, default=None, help="prompts per PPO mini-batch (one optimizer step)")
     g.add_argument("--micro-batch", type=int, default=None, help="rollouts per forward/backward")
-    g.add_argument("--ppo-epochs", type=int, default=1)
+    g.add_argument("--ppo-epochs", type=int, default=1, help="passes of PPO updates over each step's rollouts")
     g.add_argument("--lr", type=num, default=None)
     g.add_argument("--weight-decay", type=num, default=0.01, help="AdamW weight decay of the RL updates")
-    g.add_argument("--grad-clip", type=num, default=1.0)
+    g.add_argument("--grad-clip", type=num, default=1.0, help="gradient-norm clip of the RL updates")
     g.add_argument("--temperature", type=num, default=method["temperature"], help="rollout sampling temperature")
     g.add_argument("--max-tokens", type=int, default=None, help="response tokens per trajectory, observations included")
     g.add_argument("--gen-batch", type=int, default=None,
@@ -126,7 +129,7 @@ def parser(method, episode_flags):
     g.add_argument("--loss-agg", choices=method["aggs"], default=method["aggs"][1],
                    help="seq-mean-token-mean = what the released run computed (one rollout per micro-batch): a mean "
                         "over rollouts of per-rollout token means; token-mean = one mean over the mini-batch's tokens")
-    g.add_argument("--clip-eps", type=num, default=method["clip_eps"])
+    g.add_argument("--clip-eps", type=num, default=method["clip_eps"], help="ε of Eq. 10's ratio clip")
     g.add_argument("--clip-c", type=num, default=method["clip_c"], help="dual-clip constant")
     g.add_argument("--kl-beta", type=num, default=method["kl_beta"], help="0 drops the reference model")
     g = p.add_argument_group("rewards and advantages (docs/method.md §2-3)")
@@ -179,12 +182,14 @@ def parser(method, episode_flags):
     g.add_argument("--out", default=None, help="run folder; default runs/<algo>-s<seed>")
     g.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     g.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run in --out")
-    g.add_argument("--save-every", type=int, default=0, help="checkpoint every N RL steps; 0 = only when stopped by SIGTERM/SIGINT (final/ is always written)")
+    g.add_argument("--save-every", type=int, default=0,
+                   help="checkpoint every N RL steps; 0 = only when stopped by SIGTERM/SIGINT (final/ is always written)")
     g.add_argument("--keep", type=int, default=2, help="checkpoints kept")
     g.add_argument("--max-bad-updates", type=int, default=3, help="non-finite updates in a row before stopping")
     g.add_argument("--seed", type=int, default=0, help="seeds torch and random at start, the RL data order and --judge-noise")
     g.add_argument("--eval-every", type=int, default=None, help="RL steps between evals; 0 = before and after only")
     g.add_argument("--eval-limit", type=int, default=None, help="first N eval prompts")
+    g = p.add_argument_group("diagnostics")
     g.add_argument("--show", type=int, default=2, help="decoded rollouts printed per step")
     g.add_argument("--report-to", choices=REPORT_TO, default=REPORT_TO[0],
                    help="also send metrics.jsonl's and eval.jsonl's rows to TensorBoard (<out>/tensorboard) or W&B "
@@ -196,8 +201,23 @@ def parser(method, episode_flags):
     hidden = {dest for dests in HIDDEN.values() for dest in dests.split()}
     for act in p._actions:
         if act.dest in hidden:
-            act.help = argparse.SUPPRESS
+            act.shown, act.help = act.help, argparse.SUPPRESS  # --help-all puts it back
     return p
+
+
+class HelpAll(argparse.Action):
+    """--help-all: the help with the HIDDEN flags shown too, in their groups; then exit."""
+
+    def __init__(self, option_strings, dest, help=None):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        for act in parser._actions:
+            if hasattr(act, "shown"):
+                act.help = act.shown
+        parser.epilog = None
+        parser.print_help()
+        parser.exit()
 
 
 def get_args(p, argv, check_episode):
@@ -284,7 +304,7 @@ def preset_argv(settings, p):
         if k not in flags or k in ("model", "preset", "help"):
             p.error(f"--preset: {k!r} is not a flag a preset sets")
         if isinstance(v, bool):
-            argv += [flags[k][0 if v else 1]] if v or len(flags[k]) > 1 else []  # --x / --no-x
+            argv += [flags[k][0 if v else 1]] if v or len(flags[k]) > 1 else []  # the flag, or its negation
         elif isinstance(v, list):
             argv += [flags[k][0], *map(str, v)]
         else:

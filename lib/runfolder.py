@@ -23,7 +23,8 @@ from torch.distributed.checkpoint import CheckpointException
 from lib.dist import barrier, gather
 
 
-RESUME_FREE = {"resume", "overwrite", "show", "device", "out", "report_to", "preset"}  # flags a resumed run may change (a run folder may move; the preset is checked by its values)
+# flags a resumed run may change (a run folder may move; the preset is checked by its values)
+RESUME_FREE = {"resume", "overwrite", "show", "device", "out", "report_to", "preset"}
 LOCK = ".lock"  # in --out; holds the pid of the run that has the folder
 
 

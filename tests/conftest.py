@@ -21,7 +21,7 @@ def reference(tmp_path_factory):
 # runs): `python -m pytest -m method` runs them, and imports no other test module (those may need the extras of
 # requirements-bench*.txt: benchmarks, TRL, the real model); the system tests run in the full run (.ci/run)
 METHOD = {"test_segment.py", "test_rewards.py", "test_release_parity.py", "test_advantage.py", "test_loss.py",
-          "test_rollout.py", "test_train.py"}
+          "test_equations.py", "test_rollout.py", "test_train.py"}
 
 
 def pytest_ignore_collect(collection_path, config):

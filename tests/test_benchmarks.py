@@ -68,7 +68,8 @@ def test_hermes_to_reply():
 
 
 def test_summarize_bfcl_weighting():
-    rec = lambda cat, ok: {"category": cat, "valid": ok}
+    def rec(cat, ok):
+        return {"category": cat, "valid": ok}
     rows = ([rec("simple", True)] + [rec("multiple", False)] * 3
             + [rec("live_simple", True)] + [rec("live_multiple", False)] * 3
             + [rec("irrelevance", True)])

@@ -16,7 +16,7 @@ from helpers import CORPUS, tokenizer, verl_row, write_jsonl
 from rollout import prompt_ids, rollout, tool_turn_ids
 from lib.text import take_unencodable
 from simulator import Simulator
-from test_rollout import ANSWER, CALL, TOOLS, Scripted, task
+from test_rollout import ANSWER, CALL, Scripted, task
 
 # Qwen2's pre-tokenizer split (a punctuation run takes the newlines after it: "}\n" is one piece)
 QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"

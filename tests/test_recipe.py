@@ -4,6 +4,8 @@ import argparse
 import json
 import random
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -58,13 +60,51 @@ def test_a_preset_is_a_file_chosen_by_name_or_path_and_flags_win(tmp_path):
     assert train.get_args(["--preset", str(mine), "--lr", "0.25"]).lr == 0.25
 
 
-def test_hidden_flags_are_accepted_but_not_on_help():
+def help_text(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.get_args(argv)
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_hidden_flags_are_accepted_and_on_help_all(capsys):
     p = train.parser()
-    shown, dests = p.format_help(), {a.dest: a for a in p._actions}
+    short, full = help_text(["--help"], capsys), help_text(["--help-all"], capsys)
+    dests = {a.dest: a for a in p._actions}
     for dest in (d for ds in config.HIDDEN.values() for d in ds.split()):
-        assert dest in dests and dests[dest].option_strings[0] not in shown, dest    # a flag, and hidden
-    assert "--algo" in shown and "--sim-url" in shown and "docs/training.md" in shown
+        assert dest in dests and dests[dest].option_strings[0] not in short, dest    # a flag, and off --help
+    assert "--algo" in short and "--sim-url" in short and "--help-all shows every flag" in short
     assert sum(a.help != argparse.SUPPRESS for a in p._actions) < len(p._actions) * 0.6
+    entries = re.findall(r"(?m)^ {2}(?:-h, )?(--[a-z][\w-]*)", full)  # each flag's entry, as a user reads it
+    assert sorted(entries) == sorted(a.option_strings[-1 if a.dest == "help" else 0] for a in p._actions)
+    for a in p._actions:                                                  # and --help-all says what each does
+        assert getattr(a, "shown", a.help) not in (None, "", argparse.SUPPRESS), f"{a.option_strings[0]}: no help"
+    groups = re.findall(r"(?m)^(\S[^\n]*):$", full)
+    assert groups[-2:] == ["run", "diagnostics"] and "model" in groups and "loss (docs/method.md §4)" in groups
+
+
+def test_eval_py_toucan_help_shows_every_episode_flag(capsys):
+    import eval as evaluate
+    p = argparse.ArgumentParser()
+    evaluate.add_episode_flags(p)
+    with pytest.raises(SystemExit):
+        evaluate.get_args(["toucan", "--help"])
+    shown = capsys.readouterr().out
+    missing = [a.option_strings[0] for a in p._actions if a.option_strings[0] != "-h"
+               and not re.search(rf"(?m)^ {{2}}{re.escape(a.option_strings[0])}\b", shown)]
+    assert not missing, missing
+
+
+def test_docs_list_the_flags_off_help_as_the_code_hides_them():
+    text = (ROOT / "docs" / "training.md").read_text().split("## Flags not on --help")[1]
+    listed = {g: re.findall(r"`--([\w-]+)`", flags) for g, flags in re.findall(r"(?m)^- ([^:]+): (.+)$", text)}
+    assert listed == {g: [d.replace("_", "-") for d in ds.split()] for g, ds in config.HIDDEN.items()}
+
+
+def test_train_py_help_all_from_the_command_line():
+    out = subprocess.run([sys.executable, "train.py", "--help-all"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    assert "--help-all" in out and "--ppo-epochs" in out and "--sim-deadline" in out and "--show" in out
     a = train.get_args(["--clip-eps", "0.3", "--group-stats", "release", "--sim-deadline", "5"])
     assert (a.clip_eps, a.group_stats, a.sim_deadline) == (0.3, "release", 5.0)
 
@@ -219,7 +259,7 @@ def test_keep_failed_trains_on_failed_rollouts_and_the_gate_reaches_the_scorer(t
     monkeypatch.setattr(train, "ppo_update", update)
     argv = ["--data", rl, *ARGV, "--steps", "1", "--group-size", "4", "--summary-gate", "release", "--keep-failed"]
     train.main(argv + ["--out", str(tmp_path / "a")])
-    m, = [json.loads(l) for l in open(tmp_path / "a" / "metrics.jsonl")]
+    m, = [json.loads(x) for x in open(tmp_path / "a" / "metrics.jsonl")]
     assert m["judge_failed"] == 0.25                                # still counted
     assert seen["mask"].sum(1).min() > 0                            # but every rollout keeps its tokens
     assert seen["gate"] == "release" and seen["tok"] is not None

@@ -145,7 +145,8 @@ def test_powered_arg_mode_runs_the_wrong_argument_world_from_its_own_sft_start(t
     cfg = json.loads((out / "slca-wrong-k1-s0" / "config.json").read_text())
     assert cfg["model"] == str(out / "sft-wrong-s0" / "sft") and not (out / "sft-s0").exists()
     text = (out / "powered-arg.md").read_text()
-    assert "made the wrong-argument call" in text and "wrong-argument call before -> after" in text and "K=1 - K=0" in text and "Credit gap" in text
+    assert "made the wrong-argument call" in text and "wrong-argument call before -> after" in text
+    assert "K=1 - K=0" in text and "Credit gap" in text
     rows = value_reading.marked(cfg["data"])  # the real world's rows: every marked question, a gold value per key
     assert set(rows) == {r["reward_model"]["ground_truth"]["question_content"] for r in marked}
     assert all(set(g) <= {"unit", "days", "from", "to"} and None not in g.values() for _, g in rows.values())

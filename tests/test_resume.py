@@ -213,7 +213,8 @@ def test_shard_metadata_is_read_through_an_allowlist(tmp_path):
         def __reduce__(self):
             return os.system, (f"touch {tmp_path / 'ran'}",)
     (path / ".metadata").write_bytes(pickle.dumps(Evil()))
-    with pytest.raises(runfolder.Unusable, match=r"\.metadata cannot be read back \(\d+ bytes; UnpicklingError: posix\.system is not allowed"):
+    with pytest.raises(runfolder.Unusable,
+                       match=r"\.metadata cannot be read back \(\d+ bytes; UnpicklingError: posix\.system is not allowed"):
         checkpoints.Shards(str(path)).read_metadata()
     assert not (tmp_path / "ran").exists()
     # a dotted name reaches through an allowed module into its imports (pickle protocol 4 follows dots)

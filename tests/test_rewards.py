@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from release_reward import PARTS, release_parts
-from rewards import MAX_JUDGE_CHARS, FactsJudge, NoisyJudge, loose_equal, predicted_calls, process_score, score, summary_judge, summary_score, turn_rewards, WEIGHTS
+from rewards import (MAX_JUDGE_CHARS, FactsJudge, NoisyJudge, loose_equal, predicted_calls, process_score, score,
+                     summary_judge, summary_score, turn_rewards, WEIGHTS)
 from lib.judges import LLMJudge
 from lib.data import normalize_gold
 from helpers import MB, linear
@@ -470,7 +471,8 @@ def turn_loop(turn_texts, gold, allowed):
 
 STEP_A = [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_weather", "arguments": {"city": "Rome"}}]
 STEP_B = [{"name": "get_quote", "arguments": {"ticker": "ACME"}}]
-TURN_A = '<tool_call>[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_weather", "arguments": {"city": "Rome"}}]</tool_call>'
+TURN_A = ('<tool_call>[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+          '{"name": "get_weather", "arguments": {"city": "Rome"}}]</tool_call>')
 TURN_A1 = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 TURN_B = '<tool_call>{"name": "get_quote", "arguments": {"ticker": "ACME"}}</tool_call>'
 TURN_BAD = '<tool_call>{"name": "get_quote", "arguments": </tool_call>'

@@ -71,8 +71,9 @@ def test_sft_sample_is_enriched_in_marked_conversations(tmp_path):
     sample, sizes, worlds = smol.wrong_worlds(str(tmp_path), 0.1, 0.5, 1.0, 20)
     world = (tmp_path / "world-wrong-k0" / "sft.jsonl").read_text().splitlines()
     rows = [json.loads(x) for x in open(sample)]
-    one = lambda c: len(c) == 5 and any(c[2]["value"].count(f'"name": "{t}"') == 1 and c[2]["value"].count('"name"') == 1
-                                        for t in ("get_weather", "get_forecast", "convert_currency"))  # noqa: E731
+    def one(c):
+        return len(c) == 5 and any(c[2]["value"].count(f'"name": "{t}"') == 1 and c[2]["value"].count('"name"') == 1
+                                   for t in ("get_weather", "get_forecast", "convert_currency"))
     assert len(rows) == 20 and sum(one(r["conversations"]) for r in rows) == 10 == sizes["sft_marked"]
     assert all(json.dumps(r, ensure_ascii=False, separators=(",", ":")) in world for r in rows)
     assert sizes["world_sft_marked"] == sum(one(json.loads(x)["conversations"]) for x in world) < len(world) / 5

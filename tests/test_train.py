@@ -80,14 +80,14 @@ def test_one_rl_step_changes_weights_and_logs_every_field(world):
     after = AutoModelForCausalLM.from_pretrained(out / "final")
     changed = [n for (n, p), q in zip(before.named_parameters(), after.parameters()) if not torch.equal(p, q)]
     assert changed
-    m, = [json.loads(l) for l in open(out / "metrics.jsonl")]
+    m, = [json.loads(x) for x in open(out / "metrics.jsonl")]
     for k in ["format", "name", "key", "value", "parallel", "process", "summary", "score", "omission",
               "r_tool", "r_sum", "adv_tool_mean", "adv_tool_std", "adv_tool_zero_groups", "adv_sum_mean",
               "adv_sum_std", "adv_sum_zero_groups", "sign_conflict", "clip_frac", "kl", "approx_kl", "ratio",
               "grad_norm", "tool_turns", "length", "rollout_tok_s", "train_tok_s", "grad_cosine"]:
         assert k in m and math.isfinite(m[k]), k
     assert -1 <= m["grad_cosine"] <= 1
-    rollouts = [json.loads(l) for l in open(out / "rollouts.jsonl")]
+    rollouts = [json.loads(x) for x in open(out / "rollouts.jsonl")]
     assert len(rollouts) == 8 and {r["group"] for r in rollouts} == {0, 1}
     assert json.load(open(out / "config.json"))["algo"] == "slca"
 
@@ -180,7 +180,7 @@ def test_a_nan_loss_is_skipped_counted_and_never_saved(world, monkeypatch):
     train.main(["--data", rl, "--sft-data", "", "--eval-data", "", "--steps", "1", "--group-size", "2",
                 "--prompts-per-step", "2", "--mini-batch", "1", "--max-tokens", "32", "--max-turns", "2",
                 "--lr", "1e-3", "--out", str(out)])
-    m, = [json.loads(l) for l in open(out / "metrics.jsonl")]       # strict JSON: json.loads would accept NaN,
+    m, = [json.loads(x) for x in open(out / "metrics.jsonl")]       # strict JSON: json.loads would accept NaN,
     assert "NaN" not in (out / "metrics.jsonl").read_text()         # so look for the bare token too
     assert m["skipped_updates"] == 1 and m["bad_updates_in_a_row"] == 0
     from transformers import AutoModelForCausalLM
@@ -251,7 +251,7 @@ def test_endpoint_failures_are_dropped_counted_and_stop_the_run_past_the_limit(w
     monkeypatch.setattr(train, "score_rollouts", judge_down_for(0.25))
     monkeypatch.setattr(train, "ppo_update", update)
     train.main(argv + ["--out", str(tmp / "a")])
-    m, = [json.loads(l) for l in open(tmp / "a" / "metrics.jsonl")]
+    m, = [json.loads(x) for x in open(tmp / "a" / "metrics.jsonl")]
     assert m["judge_failed"] == 0.25 and m["sim_failed"] == 0.0
     assert seen["mask"][:2].sum() == 0 and seen["mask"][2:].sum(1).min() > 0   # the two failed rollouts: no tokens
     monkeypatch.setattr(train, "score_rollouts", judge_down_for(0.75))
@@ -397,7 +397,7 @@ def test_old_logprobs_from_sampling_equal_the_recomputed_ones(world):
         train.main(["--data", rl, "--sft-data", "", "--eval-data", "", "--steps", "1", "--group-size", "4",
                     "--prompts-per-step", "2", "--mini-batch", "2", "--max-tokens", "32", "--max-turns", "2",
                     "--lr", "1e-3", "--old-logprobs", how, "--out", str(out)])
-        m, = [json.loads(l) for l in open(out / "metrics.jsonl")]
+        m, = [json.loads(x) for x in open(out / "metrics.jsonl")]
         assert abs(m["approx_kl"]) < 1e-5 and m["clip_frac"] == 0.0 and abs(m["ratio"] - 1) < 1e-5, how
         from transformers import AutoModelForCausalLM
         finals[how] = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
@@ -424,7 +424,7 @@ def test_bf16_on_cpu_end_to_end(world):
     for how in ("default", "sample"):
         out = tmp / how
         train.main(argv + ["--out", str(out)] + (["--old-logprobs", how] if how != "default" else []))
-        rows = [json.loads(l) for f in ("metrics", "eval") for l in open(out / f"{f}.jsonl")]
+        rows = [json.loads(x) for f in ("metrics", "eval") for x in open(out / f"{f}.jsonl")]
         leaves = lambda x: [v for y in (x.values() if isinstance(x, dict) else x) for v in leaves(y)] \
             if isinstance(x, (dict, list)) else [x]  # noqa: E731
         assert len(rows) > 3 and None not in leaves(rows)  # json_safe writes a non-finite number as null
@@ -491,8 +491,8 @@ def test_sampler_generate_trains_and_greedy_matches_cached(world, monkeypatch):
                     "--prompts-per-step", "2", "--mini-batch", "2", "--max-tokens", "32", "--max-turns", "2",
                     "--temperature", "0", "--lr", "1e-3", "--sampler", how, "--out", str(out)])
         from transformers import AutoModelForCausalLM
-        runs[how] = ([{k: v for k, v in json.loads(l).items() if k != "step"} for l in open(out / "rollouts.jsonl")],
-                     [json.loads(l) for l in open(out / "eval.jsonl")],
+        runs[how] = ([{k: v for k, v in json.loads(x).items() if k != "step"} for x in open(out / "rollouts.jsonl")],
+                     [json.loads(x) for x in open(out / "eval.jsonl")],
                      AutoModelForCausalLM.from_pretrained(out / "final").state_dict())
         assert E.get_args(["toucan", "--model", str(out / "final"), "--out", "x"]).sampler == how  # the run's
         assert calls and set(calls) == {"generate" if how == "generate" else "sample"}
@@ -652,8 +652,8 @@ def test_turn_credit_zero_is_slca_bit_for_bit_and_a_half_trains_otherwise(tmp_pa
                         ("grpo", ["--algo", "grpo"])):
         out = tmp_path / name
         train.main(argv + extra + ["--out", str(out)])
-        runs[name] = [{k: v for k, v in json.loads(l).items() if k not in timing} for l in open(out / "metrics.jsonl")]
-        logged[name] = [json.loads(l) for l in open(out / "rollouts.jsonl")]
+        runs[name] = [{k: v for k, v in json.loads(x).items() if k not in timing} for x in open(out / "metrics.jsonl")]
+        logged[name] = [json.loads(x) for x in open(out / "rollouts.jsonl")]
         finals[name] = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
     assert runs["off"] == runs["zero"] and logged["off"] == logged["zero"]  # every number, loss included
     assert all(torch.equal(v, finals["zero"][k]) for k, v in finals["off"].items())
@@ -696,8 +696,8 @@ def test_decision_credit_summary_is_the_default_bit_for_bit_and_tool_pays_the_st
         seen.clear()
         train.main(argv + extra + ["--out", str(out)])
         steps[name] = list(seen)
-        runs[name] = [{k: v for k, v in json.loads(l).items() if k not in timing} for l in open(out / "metrics.jsonl")]
-        logged[name] = [json.loads(l) for l in open(out / "rollouts.jsonl")]
+        runs[name] = [{k: v for k, v in json.loads(x).items() if k not in timing} for x in open(out / "metrics.jsonl")]
+        logged[name] = [json.loads(x) for x in open(out / "rollouts.jsonl")]
         finals[name] = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
     assert runs["off"] == runs["summary"] and logged["off"] == logged["summary"]
     assert all(torch.equal(v, finals["summary"][k]) for k, v in finals["off"].items())
@@ -740,7 +740,7 @@ def test_eval_toucan_on_a_runs_models_reproduces_its_before_and_after_rl_rows(wo
     long_q = "What is f of 1? " + "Please be careful. " * 300                 # over --max-prompt-tokens
     gold = [[{"name": "f", "arguments": {"x": 1}}]]
     resp = [{"name": "f", "arguments": {"x": 1}, "response": '{"y": 42}'}]
-    evals = write_jsonl(tmp / "eval.jsonl", [json.loads(l) for l in open(rl)] + [verl_row(long_q, gold, resp, ["42"])])
+    evals = write_jsonl(tmp / "eval.jsonl", [json.loads(x) for x in open(rl)] + [verl_row(long_q, gold, resp, ["42"])])
     out = tmp / "run"
     train.main(["--data", rl, "--eval-data", evals, "--sft-data", sft_path, "--sft-epochs", "2", "--steps", "1",
                 "--group-size", "2", "--prompts-per-step", "2", "--mini-batch", "1", "--micro-batch", "4",
