@@ -25,7 +25,7 @@ rollout that lost a tool or judge answer to the network is dropped from the loss
 step past --max-fail-rate stops the run; a non-finite update is skipped, --max-bad-updates in a row stop it.
 
 Outputs in --out (docs/training.md): config.json, metrics.jsonl, rollouts.jsonl, credit.jsonl (a few groups'
-token ids a step: scripts/credit.py), eval.jsonl (eval.evaluate's before/after rows), sft/, ckpt/step-N/, final/.
+token ids a step: credit/page.py), eval.jsonl (eval.evaluate's before/after rows), sft/, ckpt/step-N/, final/.
 --resume continues from the newest checkpoint that reads back; SIGTERM or SIGINT checkpoints and exits. Under
 torchrun (lib/dist.py) each rank takes an equal share of the step's prompts with all G rollouts of each, and rank
 0 alone prints and writes. LoRA: --lora-r (lib/lora.py).

@@ -86,7 +86,8 @@ TOY = ["--sft-limit", "2", "--sft-batch", "1", "--sft-epochs", "2", "--sft-lr", 
 ARMS = {"slca": ["--algo", "slca"], "grpo": ["--algo", "grpo"],          # --algos: name -> train.py flags
         "slca-decision": ["--algo", "slca", "--decision-credit", "tool"]}  # README Eq. 15 (docs/experiments/smol-decision.md)
 PAIRS = [("slca", "grpo"), ("slca-decision", "slca")]  # compared after RL per prompt, per seed and pooled
-EARLY_STOP = ("single_step_single_tool", "single_step_parallel", "irrelevant")  # where one more call costs (docs/experiments/smol-decision.md)
+# where one more call costs (docs/experiments/smol-decision.md)
+EARLY_STOP = ("single_step_single_tool", "single_step_parallel", "irrelevant")
 WRONG_K = (0, 1)  # --world wrong: the control and the world whose reference facts are the wrong call's
 WRONG_COLUMNS = [("redundant", "wrong value"), ("summary", "S_sum"), ("name_f1", "NameF1"), ("format", "Format"),
                  ("success", "Success@0.9")]  # on the marked eval prompts (eval.metrics' "bonus" table)
