@@ -261,8 +261,8 @@ def bonus_table(res, ks, tag="half"):
     lines += ["", f"Per seed, held-out {call} rate before -> after RL; sampled rate pooled, first -> last third:", ""]
     for name, r in res.items():
         per = zip(r["seeds"], r["before"]["redundant"], r["after"]["redundant"], r["first"], r["last"])
-        lines.append(f"- {name}: " + ", ".join(f"seed {s}: {num(b)} -> {num(a)} (sampled {num(f)} -> {num(z)})"
-                                               for s, b, a, f, z in per))
+        lines.append(f"- {name}: " + ", ".join(f"seed {s}: {num(b)} -> {num(a)} (sampled {num(first)} -> {num(last)})"
+                                               for s, b, a, first, last in per))
     checks = falsifiers(res, ks) if ks is not None else powered(res, tag, 2 if tag == "half" else 1)
     return "\n".join(lines + ["", "Falsifiers (README):", ""] + ["- " + x for x in checks]) + "\n"
 
