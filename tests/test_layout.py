@@ -25,14 +25,15 @@ def test_the_top_level_is_the_eight_modules():
 
 def test_lib_imports_no_top_level_module_nor_bench_nor_scripts():
     for path in (ROOT / "lib").glob("*.py"):
-        bad = imports(path) & (TOP | {"bench", "scripts"})
+        bad = imports(path) & (TOP | {"bench", "scripts", "integrations"})
         assert not bad, f"{path.name} imports {sorted(bad)}"
 
 
-def test_the_top_level_imports_neither_bench_nor_scripts_and_has_no_cycle():
+def test_the_top_level_imports_neither_bench_nor_scripts_nor_integrations_and_has_no_cycle():
     graph = {m: imports(ROOT / f"{m}.py") for m in TOP}
     for m, deps in graph.items():
-        assert not deps & {"bench", "scripts"}, f"{m}.py imports {sorted(deps & {'bench', 'scripts'})}"
+        bad = deps & {"bench", "scripts", "integrations"}
+        assert not bad, f"{m}.py imports {sorted(bad)}"
 
     def reach(m, seen):
         for d in graph[m] & TOP:
@@ -43,6 +44,15 @@ def test_the_top_level_imports_neither_bench_nor_scripts_and_has_no_cycle():
     for m in TOP:
         assert m not in reach(m, set()), f"{m}.py is in an import cycle"
 
+
+
+def test_the_integrations_import_the_top_level_and_nothing_imports_them():
+    """integrations/ (verl, TRL) call the reference's functions; only their tests import them."""
+    for path in (ROOT / "integrations").glob("*.py"):
+        assert not imports(path) & {"bench", "scripts", "tests"}, f"integrations/{path.name}"
+    for path in [*ROOT.glob("*.py"), *(ROOT / "lib").glob("*.py"), *(ROOT / "bench").glob("*.py"),
+                 *(ROOT / "scripts").glob("*.py")]:
+        assert "integrations" not in imports(path), f"{path.relative_to(ROOT)} imports integrations"
 
 
 def test_the_method_tests_import_neither_bench_nor_scripts_nor_a_system_test():
@@ -66,7 +76,7 @@ def test_no_citation_points_outside_the_repository():
 def test_no_function_over_60_lines_without_a_reason():
     """The style rule: a function over ~60 lines says why in its docstring ("Long because ...")."""
     for path in [*ROOT.glob("*.py"), *(ROOT / "lib").glob("*.py"), *(ROOT / "bench").glob("*.py"),
-                 *(ROOT / "scripts").glob("*.py")]:
+                 *(ROOT / "scripts").glob("*.py"), *(ROOT / "integrations").glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                 assert "Long because" in (ast.get_docstring(node) or ""), \
