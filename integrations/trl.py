@@ -24,7 +24,7 @@ from trl import GRPOTrainer
 
 import rewards
 from advantage import STATS, route, slca_advantages
-from rollout import MAX_TOKENS, MAX_TURNS, SAMPLERS, TEMPERATURE, rollout
+from rollout import GEN_BATCH, MAX_TOKENS, MAX_TURNS, SAMPLERS, TEMPERATURE, rollout
 from segment import segment_masks
 
 TASK = "slca_task"  # the dataset column holding each prompt's index into `tasks`
@@ -51,18 +51,19 @@ def reward_functions(judge, weights=None, lam_tool=rewards.LAM, lam_sum=rewards.
 class SLCAGRPOTrainer(GRPOTrainer):
     """GRPOTrainer on `tasks` (lib.data.Task; the dataset is built from them), rollouts by rollout.rollout
     against `simulator`, rewards HierR with `judge`, advantages Eqs. 7-8. The rollout settings (max_turns,
-    max_tokens, temperature, sampler, gen_batch) are rollout.py's; lam_tool, lam_sum, norm_by_std, stats
-    advantage.py's. Other keyword arguments go to GRPOTrainer (not reward_funcs, rollout_func, tools)."""
+    max_tokens, max_tool_rounds, temperature, sampler, gen_batch) are rollout.py's; lam_tool, lam_sum,
+    norm_by_std, stats advantage.py's. Other keyword arguments go to GRPOTrainer (not reward_funcs, rollout_func,
+    tools)."""
 
     def __init__(self, model, tok, tasks, simulator, judge, args, lam_tool=1.0, lam_sum=1.0, norm_by_std=True,
-                 stats=STATS[0], max_turns=MAX_TURNS, max_tokens=MAX_TOKENS, temperature=TEMPERATURE,
-                 sampler=SAMPLERS[0], gen_batch=64, weights=None, **kwargs):
+                 stats=STATS[0], max_turns=MAX_TURNS, max_tokens=MAX_TOKENS, max_tool_rounds=None,
+                 temperature=TEMPERATURE, sampler=SAMPLERS[0], gen_batch=GEN_BATCH, weights=None, **kwargs):
         if stats not in STATS or sampler not in SAMPLERS:
             raise ValueError(f"stats must be one of {STATS} and sampler one of {SAMPLERS}, not {stats!r}, {sampler!r}")
         self.tasks, self.simulator = tasks, simulator
         self.slca = dict(lam_tool=lam_tool, lam_sum=lam_sum, norm_by_std=norm_by_std, stats=stats)
         self.episode = dict(temperature=temperature, max_turns=max_turns, max_tokens=max_tokens, batch_size=gen_batch,
-                            sampler=sampler)
+                            max_tool_rounds=max_tool_rounds, sampler=sampler)
         data = Dataset.from_list([{"prompt": t.messages, TASK: i} for i, t in enumerate(tasks)])
         super().__init__(model=model, reward_funcs=reward_functions(judge, weights, lam_tool, lam_sum), args=args,
                          train_dataset=data, processing_class=tok, rollout_func=self.roll, **kwargs)

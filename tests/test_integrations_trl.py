@@ -7,18 +7,18 @@ import pytest
 import torch
 
 pytest.importorskip("trl", reason="optional: pip install -r requirements-bench.txt")
-from trl import GRPOConfig  # noqa: E402
+from trl import GRPOConfig
 
-import advantage  # noqa: E402
-import rewards  # noqa: E402
-import simulator  # noqa: E402
-import train  # noqa: E402
-from integrations.trl import SLCAGRPOTrainer  # noqa: E402
-from lib import sft, tiny  # noqa: E402
-from lib.chat import with_tools  # noqa: E402
-from lib.data import load_sft, load_tasks  # noqa: E402
-from segment import segment_masks  # noqa: E402
-from helpers import CALL, tiny_model, tokenizer, verl_row, write_jsonl, write_world  # noqa: E402
+import advantage
+import rewards
+import simulator
+import train
+from integrations.trl import SLCAGRPOTrainer
+from lib import sft, tiny
+from lib.chat import with_tools
+from lib.data import load_sft, load_tasks
+from segment import segment_masks
+from helpers import CALL, tiny_model, tokenizer, verl_row, write_jsonl, write_world
 
 
 def config(tmp, steps=1, rows=16, G=4):

@@ -10,17 +10,17 @@ import pytest
 import torch
 
 pytest.importorskip("verl", reason="optional: pip install --no-deps -r requirements-integrations.txt")
-from verl import DataProto  # noqa: E402
-from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics  # noqa: E402
-from verl.experimental.agent_loop.tool_parser import FunctionCall  # noqa: E402
-from verl.trainer.config import AlgoConfig  # noqa: E402
-from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
+from verl import DataProto
+from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics
+from verl.experimental.agent_loop.tool_parser import FunctionCall
+from verl.trainer.config import AlgoConfig
+from verl.trainer.ppo.ray_trainer import compute_advantage
 
-import advantage  # noqa: E402
-import rewards  # noqa: E402
-from integrations import verl as slca  # noqa: E402
-from segment import segment_masks  # noqa: E402
-from helpers import tokenizer, verl_row  # noqa: E402
+import advantage
+import rewards
+from integrations import verl as slca
+from segment import segment_masks
+from helpers import tokenizer, verl_row
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALL = '<tool_call>\n[{"name": "f", "arguments": {"x": 1}}]\n</tool_call>'
@@ -138,7 +138,8 @@ def test_reward_function_is_hierr_with_the_omission_rule_and_a_failed_judge(monk
 def test_agent_loop_output_carries_both_rewards_into_rm_scores():
     mask = [0, 1, 1, 0, 0, 1, 1, 0]
     out = slca.SLCAOutput(prompt_ids=[1, 2], response_ids=list(range(8)), response_mask=mask, reward_score=1.25,
-                          metrics=AgentLoopMetrics(), extra_fields={"reward_extra_info": {"r_tool": 0.75, "r_sum": 0.5}})
+                          metrics=AgentLoopMetrics(),
+                          extra_fields={"reward_extra_info": {"r_tool": 0.75, "r_sum": 0.5}})
     rm = out.as_dict()["rm_scores"]                                                  # (T,)
     assert rm.tolist() == [0, 0, 0.75, 0, 0, 0.5, 0, 0]
     r_tool, r_sum, *_ = slca.read(rm[None], torch.tensor([mask]))
@@ -158,7 +159,8 @@ def test_parser_reads_a_parallel_step_and_sgls_answers_each_call():
     loop = type("Loop", (), {"task": slca.task_of_sample(gt, extra, ROW["prompt"], ROW["tools"])})()  # its task
     answer, reward, _ = asyncio.run(slca.SLCAToolAgentLoop._call_tool(loop, calls[0], {}, None))
     assert answer.text == '{"y": 42}' and reward == 0.0
-    unknown, _, _ = asyncio.run(slca.SLCAToolAgentLoop._call_tool(loop, FunctionCall(name="g", arguments="{}"), {}, None))
+    g = FunctionCall(name="g", arguments="{}")
+    unknown, _, _ = asyncio.run(slca.SLCAToolAgentLoop._call_tool(loop, g, {}, None))
     assert unknown.text == "Tool 'g' not found in the current available tools set."
 
 
@@ -175,5 +177,5 @@ def test_the_shipped_config_loads_and_validates_with_verls_own_loader():
     assert (rollout.agent.default_agent_loop, rollout.multi_turn.format) == (slca.LOOP, slca.PARSER)
     assert cfg.reward.custom_reward_function.path == "integrations/verl.py"
     assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-3B-Instruct" and cfg.actor_rollout_ref.rollout.n == 16
-    assert need_reference_policy(cfg) and not need_critic(cfg)                      # KL loss to the SFT model, no critic
+    assert need_reference_policy(cfg) and not need_critic(cfg)                      # KL loss to the SFT, no critic
     through_verl(batch()[0], **{k: v for k, v in vars(algo).items() if k in ("norm_adv_by_std_in_grpo",)})
