@@ -71,7 +71,7 @@ def run_trl(a):
                      lr_scheduler_type="constant", warmup_steps=0, beta=a.kl_beta, epsilon=a.clip_eps, loss_type="grpo",
                      temperature=a.temperature, max_completion_length=a.max_tokens, use_cpu=True, report_to=[],
                      save_strategy="no", logging_steps=1, disable_tqdm=True, seed=a.seed, gradient_checkpointing=False,
-                     dataloader_num_workers=0)
+                     dataloader_num_workers=0, bf16=False)             # float32, as the demo
     tr = SLCAGRPOTrainer(a.model, tok, load_tasks(a.data), sim, judge, cfg, lam_tool=a.lam_tool, lam_sum=a.lam_sum,
                          max_turns=a.max_turns, max_tokens=a.max_tokens, max_tool_rounds=a.max_tool_rounds or None,
                          temperature=a.temperature, sampler=a.sampler, gen_batch=a.gen_batch)

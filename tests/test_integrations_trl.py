@@ -25,7 +25,8 @@ def config(tmp, steps=1, rows=16, G=4):
     return GRPOConfig(output_dir=str(tmp / "trl"), per_device_train_batch_size=rows, num_generations=G,
                       gradient_accumulation_steps=1, max_steps=steps, learning_rate=1e-3, beta=0.001, use_cpu=True,
                       report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0,
-                      gradient_checkpointing=False, dataloader_num_workers=0, shuffle_dataset=False, loss_type="grpo")
+                      gradient_checkpointing=False, dataloader_num_workers=0, shuffle_dataset=False, loss_type="grpo",
+                      bf16=False)
 
 
 @pytest.fixture(scope="module")
