@@ -41,6 +41,7 @@ from verl.trainer.ppo.core_algos import register_adv_est
 
 import rewards
 from advantage import STATS, route, slca_advantages
+from rollout import stop_ids
 from segment import CLOSE, OPEN, drop_blocks, find_blocks, parse_block, segment_masks
 from simulator import Simulator
 from lib import llm
@@ -181,7 +182,12 @@ def simulator():
 @ToolParser.register(PARSER)
 class SLCAHermesParser(ToolParser):
     """Hermes calls read as the simulator reads them (segment.parse_block, the release's parser): a block
-    holds one call or a JSON list of calls (a parallel step); what does not parse is no call."""
+    holds one call or a JSON list of calls (a parallel step); what does not parse is no call. A turn stops
+    at `</tool_call>`, as rollout.py's turns do (docs/method.md §6)."""
+
+    @property
+    def stop_token_ids(self):
+        return stop_ids(self.tokenizer)
 
     async def extract_tool_calls(self, responses_ids, tools=None):
         text = await asyncio.get_running_loop().run_in_executor(None, self.tokenizer.decode, responses_ids)

@@ -173,7 +173,9 @@ def test_agent_loop_output_carries_both_rewards_into_rm_scores(v):
 def test_parser_reads_a_parallel_step_and_sgls_answers_each_call(v):
     tok = tokenizer()
     text = '<tool_call>\n[{"name": "f", "arguments": {"x": 1}}, {"name": "g", "arguments": {}}]\n</tool_call>'
-    content, calls = asyncio.run(v.slca.SLCAHermesParser(tok).extract_tool_calls(tok.encode(text)))
+    parser = v.slca.SLCAHermesParser(tok)
+    assert tok.convert_tokens_to_ids("</tool_call>") in parser.stop_token_ids    # a turn stops at the call
+    content, calls = asyncio.run(parser.extract_tool_calls(tok.encode(text)))
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("f", {"x": 1}), ("g", {})] and content == ""
     gt, extra = ground_truth()
     loop = type("Loop", (), {"task": v.slca.task_of_sample(gt, extra, ROW["prompt"], ROW["tools"])})()  # its task
