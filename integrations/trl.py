@@ -72,12 +72,13 @@ class SLCAGRPOTrainer(GRPOTrainer):
         """TRL's rollout hook: the batch's rollouts by rollout.rollout on the unwrapped policy, sampled
         without gradient in eval mode (rows of one prompt share a group, so its prompt is prefilled once)."""
         ids = [x[TASK] for x in self._batch]
+        groups = [self.group_of(k) for k in range(len(ids))]                     # before the switch to eval mode
         model = self.accelerator.unwrap_model(self.model)
         was = model.training
         model.eval()
         with torch.no_grad():
-            rs = rollout(model, self.processing_class, [self.tasks[i] for i in ids], self.simulator,
-                         [self.group_of(k) for k in range(len(ids))], **self.episode)
+            rs = rollout(model, self.processing_class, [self.tasks[i] for i in ids], self.simulator, groups,
+                         **self.episode)
         model.train(was)
         return {"prompt_ids": [r.prompt for r in rs], "completion_ids": [r.ids for r in rs],
                 "logprobs": [r.logprobs for r in rs], "env_mask": [r.mask for r in rs], "slca_rollout": rs}
