@@ -177,6 +177,16 @@ def load_sft(path, skip_bad=False, turns=TURNS[0]):
     return _load(path, lambda row: _chat(row) if turns == "merge" or _alternates(row) else None, skip_bad)
 
 
+def task_of(row):
+    """One RL row (a dict in the verl or Toucan layout) as a Task: what load_tasks makes of each row, for
+    a caller that holds rows rather than a file (integrations/verl.py's reward function). A bad field is a
+    DataError naming it."""
+    try:
+        return _task(row)
+    except Exception as e:  # noqa: BLE001 -- as _load: whatever goes wrong inside a row is that row's error
+        raise DataError(f"row: {_why(e)}") from None
+
+
 def drop_long(items, n_tokens, max_tokens=MAX_PROMPT_TOKENS):
     """(items whose prompt is at most max_tokens long, how many were dropped).
 

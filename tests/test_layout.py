@@ -61,6 +61,14 @@ def test_the_top_level_imports_no_folder_above_it_and_has_no_cycle():
 
 
 
+def test_the_integrations_import_the_top_level_and_nothing_imports_them():
+    """integrations/ (verl, TRL) call the reference's functions; only their tests import them."""
+    for path in (ROOT / "integrations").glob("*.py"):
+        assert not imports(path) & (ABOVE | {"tests"}) - {"integrations"}, f"integrations/{path.name}"
+    for path in [*ROOT.glob("*.py"), *[p for d in FOLDERS for p in (ROOT / d).glob("*.py")]]:
+        assert "integrations" not in imports(path), f"{path.relative_to(ROOT)} imports integrations"
+
+
 def test_the_method_tests_import_no_folder_above_the_method_nor_a_system_test():
     """`-m method` (tests/conftest.py METHOD) runs with requirements.txt alone: what needs the extras stays out."""
     from conftest import METHOD
@@ -82,7 +90,8 @@ def test_no_citation_points_outside_the_repository():
 def test_no_function_over_60_lines_without_a_reason():
     """The style rule: a function over ~60 lines says why in its docstring ("Long because ...")."""
     for path in [*ROOT.glob("*.py"), *(ROOT / "lib").glob("*.py"), *(ROOT / "bench").glob("*.py"),
-                 *(ROOT / "experiments").glob("*.py"), *(ROOT / "tools").glob("*.py"), *(ROOT / "credit").glob("*.py")]:
+                 *(ROOT / "experiments").glob("*.py"), *(ROOT / "tools").glob("*.py"), *(ROOT / "credit").glob("*.py"),
+                 *(ROOT / "integrations").glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                 assert "Long because" in (ast.get_docstring(node) or ""), \
