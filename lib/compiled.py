@@ -35,6 +35,7 @@ import copy
 import functools
 
 import torch
+import torch.fx.experimental._config
 from transformers import Qwen2ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
@@ -90,13 +91,15 @@ def decode(model, feed, pos, mask, cache, shared=None, run=step):
         raise ValueError("--sampler compiled runs a Qwen2's weights, not its forward: "
                          "a model with forward hooks or its own forward needs --sampler cached")
     b, n = mask.shape[0], mask.shape[1] - 1
-    bias = torch.zeros(b, n, device=mask.device).masked_fill(mask[:, :n] == 0, float("-inf"))  # (b, n)
+    w = max(n, 2)  # a first step reads one column: read the new id's free column too, masked (one graph)
+    bias = torch.full((b, w), float("-inf"), device=mask.device)
+    bias[:, :n] = bias[:, :n].masked_fill(mask[:, :n] == 1, 0.0)              # (b, w)
     layers = cache.layers
-    keys, values = [x.keys for x in layers], [x.values for x in layers]   # (b, Hkv, n, D) each
+    keys, values = [x.k[:, :, :w] for x in layers], [x.v[:, :, :w] for x in layers]  # (b, Hkv, w, D) each
     if b == 1:  # one row runs as two, its cache as views of a buffer (the module docstring: one graph)
         feed, pos, bias = feed.repeat(2), pos.repeat(2, 1), bias.repeat(2, 1)
-        keys = [x.k.repeat(2, 1, 1, 1)[:, :, :n] for x in layers]          # (2, Hkv, n, D) each
-        values = [x.v.repeat(2, 1, 1, 1)[:, :, :n] for x in layers]
+        keys = [x.k.repeat(2, 1, 1, 1)[:, :, :w] for x in layers]          # (2, Hkv, w, D) each
+        values = [x.v.repeat(2, 1, 1, 1)[:, :, :w] for x in layers]
         if shared is not None:
             shared = copy.copy(shared)
             shared.rows(shared.group.repeat(2))
@@ -113,5 +116,7 @@ def compiled_step():
 
 
 def compiled(model, feed, pos, mask, cache, shared=None):
-    """`decode` through the compiled `step`: `--sampler compiled`'s decode step."""
-    return decode(model, feed, pos, mask, cache, shared, run=compiled_step())
+    """`decode` through the compiled `step`: `--sampler compiled`'s decode step. Sizes that happen
+    to be equal (the prefixes' count and the rows', say) are not assumed equal: one graph."""
+    with torch.fx.experimental._config.patch(use_duck_shape=False):
+        return decode(model, feed, pos, mask, cache, shared, run=compiled_step())

@@ -36,11 +36,12 @@ def merge(o1, lse1, o2, lse2):
     """Softmax attention over two blocks of keys from each block's partial result: o_i (..., m, D)
     the block's softmax-weighted values, lse_i (..., m) the log-sum-exp of its scores (-inf: the
     block holds no visible key, o_i is ignored). lse = log(e^lse_1 + e^lse_2), o = e^(lse_1 - lse)
-    o_1 + e^(lse_2 - lse) o_2, in float32; the output in o_1's dtype."""
+    o_1 + e^(lse_2 - lse) o_2, in float32 at least; the output in o_1's dtype."""
     top = torch.maximum(lse1, lse2)                                             # (..., m)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))          # both blocks empty: o = 0
     w1, w2 = (lse1 - top).exp()[..., None], (lse2 - top).exp()[..., None]       # (..., m, 1)
-    o = (w1 * o1.float() + w2 * o2.float()) / (w1 + w2).clamp_min(torch.finfo(torch.float32).tiny)
+    dtype = torch.promote_types(o1.dtype, torch.float32)
+    o = (w1 * o1.to(dtype) + w2 * o2.to(dtype)) / (w1 + w2).clamp_min(torch.finfo(torch.float32).tiny)
     return o.to(o1.dtype)
 
 
