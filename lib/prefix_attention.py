@@ -45,14 +45,14 @@ def merge(o1, lse1, o2, lse2):
     return o.to(o1.dtype)
 
 
-def attend(q, k, v, bias, scale, fused=None):
+def attend(q, k, v, bias, scale, fused=None, dead=None):
     """Softmax attention of queries q (B, H, m, D) over keys and values k, v (B, H, n, D) with an
     additive `bias` broadcast to (B, H, m, n) (0 or -inf): (o (B, H, m, D), lse (B, H, m)), lse -inf
-    where a query sees no key. `fused` (None: on a CPU): through torch's fused CPU kernel (the one
+    where a query sees no key (`dead`, broadcast to (B, H, m); None: read from `bias`). `fused` (None: on a CPU): through torch's fused CPU kernel (the one
     SDPA runs there, which also returns the log-sum-exp), in the autocast dtype under autocast;
     else written out, scores in float32."""
     B, H, m, D = q.shape
-    dead = (bias == float("-inf")).all(-1).expand(B, H, m)                      # (B, H, m) no key visible
+    dead = ((bias == float("-inf")).all(-1) if dead is None else dead).expand(B, H, m)  # (B, H, m) no key visible
     if k.shape[-2] == 0:
         return q.new_zeros(B, H, m, D), q.new_full((B, H, m), float("-inf"), dtype=torch.float32)
     if fused or (fused is None and q.device.type == "cpu"):
@@ -77,11 +77,12 @@ class Shared:
     so all the prefixes' rows read them in one batched product (`attend`)."""
 
     def __init__(self, keys, values, n, group):
-        self.keys, self.values, self.n = keys, values, n
+        self.keys, self.values, self.n, self.last = keys, values, n, None
         U, P = len(n), keys[0].shape[-2] if keys else 0
         cols = torch.arange(P, device=n.device)
         self.bias = torch.zeros(U, 1, 1, P, device=n.device).masked_fill(
             (cols < P - n[:, None])[:, None, None], float("-inf"))                # (U, 1, 1, P)
+        self.dead = (n == 0)[:, None, None]                                     # (U, 1, 1) an empty prefix
         self.rows(group)
 
     def rows(self, group):
@@ -92,6 +93,19 @@ class Shared:
         rank = (one.cumsum(0) - 1).gather(1, group[:, None])[:, 0]              # (B,) the row's place in its group
         self.slot = group * self.R + rank                                        # (B,) in the (U·R) layout
 
+    def own_bias(self, mask, L, S, g, dtype):
+        """The additive bias (B|1, 1, g·L, S) over the rows' own columns, and its rows that see no
+        column (B|1, 1, g·L), from transformers' mask
+        `mask` (B, 1, L, S) (True: seen; None: causal, the L queries the last L), its rows repeated
+        for the g query heads of a kv head. Made once per forward: every layer gets the same mask."""
+        if mask is not None and self.last is not None and self.last[0] is mask and self.last[1].dtype == dtype:
+            return self.last[1:]
+        seen = torch.ones(L, S, dtype=torch.bool, device=self.n.device).tril(S - L)[None, None] if mask is None else mask
+        bias = torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill(~seen, float("-inf"))
+        bias = bias.repeat(1, 1, g, 1)
+        self.last = (mask, bias, (bias == float("-inf")).all(-1))
+        return self.last[1:]
+
     def attend(self, layer, q, scale):
         """Partial attention of the batch rows' queries q (B, H, m, D) over their prefixes at `layer`:
         (o (B, H, m, D), lse (B, H, m)), each prefix read once by the queries of all its rows."""
@@ -100,7 +114,9 @@ class Shared:
         stack = q.new_zeros(U * R, H, m, D)
         stack[self.slot] = q
         stack = stack.view(U, R, H, m, D).transpose(1, 2).reshape(U, H, R * m, D)  # (U, H, R·m, D)
-        o, lse = attend(stack, self.keys[layer], self.values[layer], self.bias, scale)
+        if self.bias.dtype != q.dtype:
+            self.bias = self.bias.to(q.dtype)
+        o, lse = attend(stack, self.keys[layer], self.values[layer], self.bias, scale, dead=self.dead)
         o = o.view(U, H, R, m, D).transpose(1, 2).reshape(U * R, H, m, D)[self.slot]  # (B, H, m, D)
         return o, lse.view(U, H, R, m).transpose(1, 2).reshape(U * R, H, m)[self.slot]
 
@@ -116,13 +132,12 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     B, Hq, L, D = query.shape
     H, S = key.shape[1], key.shape[2]
     g = Hq // H                                                                  # query heads per kv head
+    if torch.is_autocast_enabled(query.device.type):                             # cast once for both blocks, as
+        query = query.to(torch.get_autocast_dtype(query.device.type))            # autocast's SDPA would
     q = query.reshape(B, H, g * L, D)                                            # (B, H, g·L, D) heads h·g + j
-    if attention_mask is None:                                                   # causal: the L queries are the last L
-        attention_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril(S - L)[None, None]
-    bias = torch.zeros(attention_mask.shape, device=query.device).masked_fill(~attention_mask, float("-inf"))
-    bias = bias.repeat(1, 1, g, 1)                                               # (B|1, 1, g·L, S)
+    bias, dead = shared_prefix.own_bias(attention_mask, L, S, g, q.dtype)       # (B|1, 1, g·L, S), (B|1, 1, g·L)
     scale = scaling if scaling is not None else D ** -0.5
-    o = merge(*shared_prefix.attend(module.layer_idx, q, scale), *attend(q, key, value, bias, scale))
+    o = merge(*shared_prefix.attend(module.layer_idx, q, scale), *attend(q, key, value, bias, scale, dead=dead))
     return o.view(B, Hq, L, D).transpose(1, 2), None                             # (B, L, Hq, D)
 
 
