@@ -31,17 +31,22 @@ compiled: two turns of rows leaving the batch down to one, the cache growing, in
 
     python -m pytest -q tests/test_compiled.py
 """
+import copy
 import functools
 
 import torch
+import torch.fx.experimental._config
 from transformers import Qwen2ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
+from lib.prefix_attention import merge
 
-def layer_step(layer, x, cos, sin, bias, K, V):
+
+def layer_step(layer, x, cos, sin, bias, K, V, shared=None):
     """One decoder layer for one new id per row: hidden states x (b, 1, E), its rotary cos and sin
-    (b, 1, D), the layer's cache K, V (b, Hkv, n, D) and additive `bias` (b, n) (0 or -inf).
-    Returns (x, the new id's keys, its values), each (b, Hkv, 1, D)."""
+    (b, 1, D), the layer's cache K, V (b, Hkv, n, D) and additive `bias` (b, n) (0 or -inf); with
+    `shared` (lib.prefix_attention.Shared), each row also attends to its prefix, merged through
+    the log-sum-exp. Returns (x, the new id's keys, its values), each (b, Hkv, 1, D)."""
     att = layer.self_attn
     b, H, n, D = K.shape                                                   # rows, kv heads, columns, head size
     h = layer.input_layernorm(x)                                           # (b, 1, E)
@@ -54,42 +59,51 @@ def layer_step(layer, x, cos, sin, bias, K, V):
     s_new = (q * k).sum(-1, keepdim=True) * att.scaling                    # (b, H, g, 1) the new id's
     top = torch.maximum(s.amax(-1, keepdim=True), s_new).float()           # (b, H, g, 1) softmax over both, in float32
     e, e_new = (s - top).exp(), (s_new - top).exp()                        # (b, H, g, n), (b, H, g, 1)
-    o = (e.to(V.dtype) @ V + e_new.to(v.dtype) * v) / (e.sum(-1, keepdim=True) + e_new).to(v.dtype)  # (b, H, g, D)
+    total = e.sum(-1, keepdim=True) + e_new                                # (b, H, g, 1)
+    o = (e.to(V.dtype) @ V + e_new.to(v.dtype) * v) / total.to(v.dtype)   # (b, H, g, D)
+    if shared is not None:
+        o = merge(*shared.attend(att.layer_idx, q, att.scaling), o, (top + total.log())[..., 0])
     x = x + att.o_proj(o.reshape(b, 1, -1))                                # (b, 1, E)
     return x + layer.mlp(layer.post_attention_layernorm(x)), k, v          # (b, 1, E)
 
 
-def step(model, ids, pos, bias, keys, values):
+def step(model, ids, pos, bias, keys, values, shared=None):
     """One decode step: logits (b, V) for the ids (b,) at positions `pos` (b, 1), each row
-    attending to its cache columns (per layer `keys[l]`, `values[l]`, each (b, Hkv, n, D)) with
-    additive `bias` (b, n), then to the new id. Returns (logits, per layer the new id's keys and
-    values)."""
+    attending to its prefix in `shared` (None: none), its cache columns (per layer `keys[l]`,
+    `values[l]`, each (b, Hkv, n, D)) with additive `bias` (b, n), then to the new id. Returns
+    (logits, per layer the new id's keys and values)."""
     m = model.model
     x = m.embed_tokens(ids[:, None])                                       # (b, 1, E)
     cos, sin = m.rotary_emb(x, pos)                                        # (b, 1, D) each
     new = []
     for layer, K, V in zip(m.layers, keys, values):
-        x, k, v = layer_step(layer, x, cos, sin, bias, K, V)
+        x, k, v = layer_step(layer, x, cos, sin, bias, K, V, shared)
         new.append((k, v))
     return model.lm_head(m.norm(x))[:, 0], new                             # (b, V)
 
 
-def decode(model, feed, pos, mask, cache, run=step):
+def decode(model, feed, pos, mask, cache, shared=None, run=step):
     """sample's decode step through `run` (`step`, or compiled: `compiled` below): the logits (b, V) of the
     ids `feed` (b,) at `pos` (b, 1); `mask` (b, n + 1) covers the n cache columns and the new id,
-    whose keys and values are then written into the cache (Slots.update, in place)."""
+    whose keys and values are then written into the cache (Slots.update, in place); each row also
+    attends to its prefix in `shared` (lib.prefix_attention.Shared; None: none)."""
     if model._forward_hooks or model._forward_pre_hooks or type(model).forward is not Qwen2ForCausalLM.forward:
         raise ValueError("--sampler compiled runs a Qwen2's weights, not its forward: "
                          "a model with forward hooks or its own forward needs --sampler cached")
     b, n = mask.shape[0], mask.shape[1] - 1
-    bias = torch.zeros(b, n, device=mask.device).masked_fill(mask[:, :n] == 0, float("-inf"))  # (b, n)
+    w = max(n, 2)  # a first step reads one column: read the new id's free column too, masked (one graph)
+    bias = torch.full((b, w), float("-inf"), device=mask.device)
+    bias[:, :n] = bias[:, :n].masked_fill(mask[:, :n] == 1, 0.0)              # (b, w)
     layers = cache.layers
-    keys, values = [x.keys for x in layers], [x.values for x in layers]   # (b, Hkv, n, D) each
+    keys, values = [x.k[:, :, :w] for x in layers], [x.v[:, :, :w] for x in layers]  # (b, Hkv, w, D) each
     if b == 1:  # one row runs as two, its cache as views of a buffer (the module docstring: one graph)
         feed, pos, bias = feed.repeat(2), pos.repeat(2, 1), bias.repeat(2, 1)
-        keys = [x.k.repeat(2, 1, 1, 1)[:, :, :n] for x in layers]          # (2, Hkv, n, D) each
-        values = [x.v.repeat(2, 1, 1, 1)[:, :, :n] for x in layers]
-    logits, new = run(model, feed, pos, bias, keys, values)
+        keys = [x.k.repeat(2, 1, 1, 1)[:, :, :w] for x in layers]          # (2, Hkv, w, D) each
+        values = [x.v.repeat(2, 1, 1, 1)[:, :, :w] for x in layers]
+        if shared is not None:
+            shared = copy.copy(shared)
+            shared.rows(shared.group.repeat(2))
+    logits, new = run(model, feed, pos, bias, keys, values, shared)
     for layer, (k, v) in zip(layers, new):
         layer.update(k[:b], v[:b])
     return logits[:b]
@@ -101,6 +115,8 @@ def compiled_step():
     return torch.compile(step, dynamic=True)
 
 
-def compiled(model, feed, pos, mask, cache):
-    """`decode` through the compiled `step`: `--sampler compiled`'s decode step."""
-    return decode(model, feed, pos, mask, cache, run=compiled_step())
+def compiled(model, feed, pos, mask, cache, shared=None):
+    """`decode` through the compiled `step`: `--sampler compiled`'s decode step. Sizes that happen
+    to be equal (the prefixes' count and the rows', say) are not assumed equal: one graph."""
+    with torch.fx.experimental._config.patch(use_duck_shape=False):
+        return decode(model, feed, pos, mask, cache, shared, run=compiled_step())

@@ -33,9 +33,11 @@ def tasks_rows(n):
 
 class Scripted:
     """A stand-in policy: row r says script(r, turn) in its turn. Its KV cache holds the ids
-    themselves (keys = ids), so it sees exactly what the sampling loop feeds and caches;
-    `inputs` records each row's whole sequence at every multi-token feed."""
+    themselves (keys = ids), so it sees exactly what the sampling loop feeds and caches (a row's
+    shared prefix, `shared_prefix`, in front of its own columns); `inputs` records each row's
+    whole sequence at every multi-token feed."""
     device = torch.device("cpu")
+    config = SimpleNamespace(_attn_implementation="sdpa")  # lib.prefix_attention.installed switches it
 
     def __init__(self, script):
         self.tok, self.script, self.inputs = tokenizer(), script, []
@@ -43,13 +45,16 @@ class Scripted:
         self.start = self.tok.convert_tokens_to_ids("<|im_start|>")
         self.head = len(self.tok.encode("<|im_start|>assistant\n", add_special_tokens=False))
 
-    def __call__(self, input_ids, attention_mask, cache=None, **kw):
+    def __call__(self, input_ids, attention_mask, cache=None, shared_prefix=None, **kw):
         cache = DynamicCache() if cache is None else cache
         x = input_ids[:, None, :, None].float()                             # (B, 1, T, 1)
         keys, _ = cache.update(x, x, 0)                                     # (B, 1, C, 1)
         logits = torch.full((len(input_ids), 1, len(self.tok)), -1e9)      # (B, 1, V)
         for b in range(len(input_ids)):
             seq = keys[b, 0, attention_mask[b].bool(), 0].long().tolist()
+            if shared_prefix is not None:
+                u, P = int(shared_prefix.group[b]), shared_prefix.keys[0].shape[-2]
+                seq = shared_prefix.keys[0][u, 0, P - int(shared_prefix.n[u]):, 0].long().tolist() + seq
             if input_ids.shape[1] > 1:
                 self.inputs.append(seq)
             row = int(self.tok.decode(seq).split("row=")[1][0])
@@ -104,8 +109,9 @@ def test_token_in_token_out_prefix_property():
     model = Scripted(lambda r, t: CALL if t < 2 else ANSWER)
     rs = rollout(model, tok, tasks_rows(2), EchoSim(), max_turns=5, max_tokens=500)
     for r in rs:
-        mine = [x for x in model.inputs if x[:len(r.prompt)] == r.prompt]
-        assert len(mine) == 3  # the prompt, then once per tool turn: each turn feeds only its new ids
+        mine = [x for x in model.inputs if x == r.prompt[:-1] or x[:len(r.prompt)] == r.prompt]
+        assert len(mine) == 3  # the prompt (its group's prefix: all but the last id, which the row feeds alone),
+                               # then once per tool turn: each turn feeds only its new ids
         for a, b in zip(mine, mine[1:]):
             assert b[:len(a)] == a  # each turn's input extends the last one, ids untouched
         assert mine[-1] + r.ids[len(mine[-1]) - len(r.prompt):] == r.prompt + r.ids
@@ -437,7 +443,8 @@ def test_each_prompt_is_prefilled_once_per_group():
     ts = [t for t in tasks_rows(2) for _ in range(4)]  # 2 prompts, G = 4
     rollout(model, tok, ts, EchoSim(), max_turns=1, max_tokens=5)
     P = max(len(prompt_ids(tok, t)) for t in ts)
-    assert shapes[0] == (2, P) and all(s[1] == 1 and s[0] <= 8 for s in shapes[1:])
+    # the two prompts but their last ids (the groups' shared prefixes), then each row's last prompt id, then decoding
+    assert shapes[:2] == [(2, P - 1), (8, 1)] and all(s[1] == 1 and s[0] <= 8 for s in shapes[2:])
 
 
 def test_real_model_rollout_and_collate():

@@ -58,7 +58,7 @@ def test_two_turns_of_rows_stopping_at_different_steps_match_a_cacheless_referen
         assert lp == pytest.approx(want, abs=1e-5)
     for b, (ids, _, kv) in enumerate(got):
         if ids:  # every id fed: the prompt and all sampled ids but the last
-            for (k, v), (k0, v0) in zip(kv, fresh_cache(model, seqs[b] + ids[:-1])):
+            for (k, v), (k0, v0) in zip(kv.columns(), fresh_cache(model, seqs[b] + ids[:-1])):
                 assert torch.allclose(k, k0, atol=1e-5) and torch.allclose(v, v0, atol=1e-5)
         else:
             assert kv is None
@@ -75,7 +75,7 @@ def test_two_turns_of_rows_stopping_at_different_steps_match_a_cacheless_referen
     for b, (ids, lp, kv) in enumerate(got2):
         assert lp == pytest.approx(ref2_lp[b], abs=1e-5)
         fed = seqs2[b] + ids[:-1] if ids else seqs[b] + got[b][0][:-1]  # row 1: its turn-1 cache, untouched
-        for (k, v), (k0, v0) in zip(kv, fresh_cache(model, fed)):
+        for (k, v), (k0, v0) in zip(kv.columns(), fresh_cache(model, fed)):
             assert k.shape == k0.shape and torch.allclose(k, k0, atol=1e-5) and torch.allclose(v, v0, atol=1e-5)
 
 
@@ -143,7 +143,7 @@ def test_an_autocast_cache_holds_what_attention_reads_and_changes_no_id(decode):
                              temperature, [], decode=decode)
         finally:
             sampler.batch_cache = real
-        return [(ids, lps) for ids, lps, _ in one + two], {x.dtype for k, v in two[0][2] for x in (k, v)}
+        return [(ids, lps) for ids, lps, _ in one + two], {x.dtype for k, v in two[0][2].columns() for x in (k, v)}
 
     for temperature in (0.0, 1.0):
         stored, dtypes = turns(lambda dtype: dtype, temperature)

@@ -11,7 +11,8 @@ trajectory's length, counted by torch.utils.flop_counter on one decoder layer an
 of the weights, gradients, AdamW moments and reference, of the KV cache and of the
 activations kept under gradient checkpointing. Assumed (flags): the lengths, the MFU of the
 training passes, and the GPU's peak bf16 FLOP/s and memory bandwidth; sampling is taken at
-its bandwidth bound (every decode step reads the weights and the batch's KV cache once).
+its bandwidth bound (every decode step reads the weights and the batch's KV cache once: each prompt's once
+for its G rows, lib/prefix_attention.py, and each row's response).
 
 The passes of one step (the paper preset: --old-logprobs recompute, β > 0, gradient
 checkpointing), each over every response token and each group's prompt once (T tokens):
@@ -53,6 +54,7 @@ BANDWIDTH = 3.35e12    # H100 SXM HBM3 bytes/s (NVIDIA's datasheet)
 MFU = 0.40             # assumed for the training and log-prob passes
 PROMPT, RESPONSE = 2048, 8192  # tokens: an assumed prompt, and the response cap of the paper's recipe
 ROLLOUTS, PROMPTS = 2048, 128  # per step: 128 prompts x G = 16
+GROUP = ROLLOUTS // PROMPTS    # G: the rows that share a prompt, its KV cache held once while sampling
 STEPS_PER_EPOCH = 31_818 // 128  # the release's RL split
 FREE = 0.10            # of a card, left to what is not counted here (CUDA context, fragmentation, the sampler's
                        # transients): vLLM's default gpu_memory_utilization is 0.9
@@ -119,7 +121,8 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
     train_s = (flops["log-probs"] + flops["update"]) / gpus / (mfu * peak)
     decode_steps = ROLLOUTS / gpus / gen_batch * response
     weights = n * BF16
-    read = weights + gen_batch * (prompt + response / 2) * kv                         # bytes per decode step
+    prompts = -(-gen_batch // GROUP)  # a batch's prompts, each one's keys and values held once (lib/prefix_attention.py)
+    read = weights + (prompts * prompt + gen_batch * response / 2) * kv              # bytes per decode step
     sample_s = decode_steps * read / bw
     states = n * BASE_BYTES + adapter_params(cfg, lora_r) * ADAPTER_BYTES if lora_r else n * STATE_BYTES / gpus
     if not lora_r and gpus == 1:
@@ -127,7 +130,7 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
     gathered = weights  # the bf16 policy sampling reads: FSDP2's gathered copy, or one process's cast (`casts`)
     layer_acts = BF16 * (6 * h + 2 * kv_dim + 4 * cfg.intermediate_size)              # one layer, per token
     acts = micro_batch * seq * (layers * BF16 * h + layer_acts) + LOGIT_CHUNK * cfg.vocab_size * 4
-    sampling, training = states + gathered + gen_batch * seq * kv, states + acts
+    sampling, training = states + gathered + (prompts * prompt + gen_batch * response) * kv, states + acts
     return {"params": n, "fwd_flop_per_token": f, "bwd_over_fwd": bwd_ratio, "tokens": tokens, "flops": flops,
             "states": states, "sampling_peak": sampling, "training_peak": training, "peak": max(sampling, training),
             "kv_per_token": kv, "kv_all_rollouts": ROLLOUTS * seq * kv,

