@@ -48,9 +48,9 @@ def merge(o1, lse1, o2, lse2):
 def attend(q, k, v, bias, scale, fused=None, dead=None):
     """Softmax attention of queries q (B, H, m, D) over keys and values k, v (B, H, n, D) with an
     additive `bias` broadcast to (B, H, m, n) (0 or -inf): (o (B, H, m, D), lse (B, H, m)), lse -inf
-    where a query sees no key (`dead`, broadcast to (B, H, m); None: read from `bias`). `fused` (None: on a CPU): through torch's fused CPU kernel (the one
-    SDPA runs there, which also returns the log-sum-exp), in the autocast dtype under autocast;
-    else written out, scores in float32."""
+    where a query sees no key (`dead`, broadcast to (B, H, m); None: read from `bias`). `fused` (None: on a
+    CPU): through torch's fused CPU kernel (the one SDPA runs there, which also returns the log-sum-exp), in
+    the autocast dtype under autocast; else written out, scores in float32."""
     B, H, m, D = q.shape
     dead = ((bias == float("-inf")).all(-1) if dead is None else dead).expand(B, H, m)  # (B, H, m) no key visible
     if k.shape[-2] == 0:
