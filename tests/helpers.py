@@ -67,6 +67,7 @@ def linear(f, make, n=MB // 4, like=None):
 
 @functools.lru_cache(maxsize=None)
 def tokenizer():
+    """One tokenizer shared by every test of a process: copy it before changing it."""
     return tiny.build_tokenizer(CORPUS, vocab_size=400)
 
 

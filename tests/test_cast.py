@@ -170,8 +170,8 @@ def test_one_process_bf16_kv_cache_is_bf16():
     for once in (True, False):
         with torch.no_grad(), autocast("bfloat16", "cpu"), cast_once(model, "bfloat16" if once else "float32"):
             (_, _, kv), = sampler.sample(model, [None], [[1, 2, 3]], [2], 0.0, stops=[])
-        keys, values = kv[0]
-        assert keys.dtype == values.dtype == torch.bfloat16
+        for keys, values in (kv.prefixes.columns(kv.u, 0), kv.own[0]):  # the group's prompt, the row's own ids
+            assert keys.dtype == values.dtype == torch.bfloat16
 
 
 def test_native_bf16_reads_the_cpu_flags_and_train_py_says_when_it_is_emulated(tmp_path, monkeypatch, capsys):

@@ -1,6 +1,7 @@
 """integrations/trl.py through TRL 1.16's own GRPOTrainer: the advantages of the batch TRL built equal
 advantage.py's, R_sum moves no gradient on a tool token through TRL's loss, trainer.train() runs on the tiny
 policy in the shipped world (offline simulator, facts judge), and bad input gets the documented 0 or one line."""
+import copy
 import json
 
 import pytest
@@ -134,7 +135,7 @@ def test_bad_input_gets_the_documented_zero_or_one_line(tmp_path, caller):
     assert (A[:4][summary[:4].bool()] == 0).all() and (A[4:8][tool[4:8].bool()] == 0).all()
     want = advantage.route(*advantage.slca_advantages(r[:, 0], r[:, 1], tp, sp, torch.arange(16) // 4), tool, summary)
     assert torch.equal(A, want)
-    broken = tokenizer()                                           # a chat template that breaks the mask:
-    broken.chat_template = "{{ messages|length }}" + tiny.CHAT_TEMPLATE   # a turn re-renders what came before
+    broken = copy.deepcopy(tokenizer())                            # a chat template that breaks the mask
+    broken.chat_template = "{{ messages|length }}" + tiny.CHAT_TEMPLATE   # (a copy: tokenizer() is shared): a turn re-renders the past
     with pytest.raises(ValueError, match="does not render a tool turn after a user turn as a suffix"):
         batch_of(trainer(tmp_path, caller[0], broken, caller[2]))

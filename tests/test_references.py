@@ -47,6 +47,7 @@ EXTERNAL = {  # flags of other tools, by the tool that takes them
     "git": "--short",
     "pytest-xdist": "--dist --no-loadscope-reorder",
     "mount": "--bind",
+    "python -m verl.trainer.main_ppo (Hydra)": "--config-path --config-name",
     "tests/test_resume.py": "--gone",  # a flag of a saved config that the parser no longer has, on purpose
 }
 EXTERNAL_FLAGS = {flag for flags in EXTERNAL.values() for flag in flags.split()}
