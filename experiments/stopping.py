@@ -1,0 +1,113 @@
+"""What each score pays for calling again instead of stopping, read from train.py runs' logged
+rollouts (docs/experiments/smol.md, "Why it calls once more").
+
+    python -m experiments.stopping runs/smol-slca-s0 [more run folders]   # prints the tables, writes none
+
+Per prompt type (docs/method.md §8) and per tool turns against the gold's steps (k - need: -1 one
+step short, 0 the gold's count, +1 one call more), from every rollout in <run>/rollouts.jsonl:
+the rollouts' share and their mean S_process (HierR, R_tool's score), S_sum (the judge's, R_sum's)
+and score. Then the choice itself, inside the group of G rollouts of one prompt at one step (the
+only comparison the advantages make, README Eq. 7-8): for every pair of rollouts in a group where one
+stopped at the gold's count of tool turns and the other called again (need + 1 or more), the one
+that called again minus the one that stopped, of S_process, S_sum and the two advantages A_tool and
+A_sum, averaged over pairs with its standard error over groups (a group's pairs are averaged first).
+A positive A_tool difference is the tool segment, which holds the extra call's first token, paid for
+calling again; a negative A_sum difference is the summary segment, which holds the stop decision
+(the summary turn's first token), charged for stopping. Which prompt a rollout came from is its
+question, looked up in the run's RL data file (config.json's `data`).
+"""
+import argparse
+import json
+import os
+import statistics
+
+from experiments.common import read
+from lib.data import load_tasks
+from segment import OPEN, strip_think
+
+KEYS = ("process", "summary", "score")          # the logged per-rollout scores (lib/loop.py log_step)
+CHOICE = ("process", "summary", "adv_tool", "adv_sum")
+
+
+def tool_turns(row):
+    """Assistant turns that opened a tool call (rollout.Rollout.tool_turns, from the logged turns)."""
+    return sum(OPEN in strip_think(t["text"]) for t in row["turns"])
+
+
+def prompts(run):
+    """{question: (parallel type, gold steps)} of the run's RL data file."""
+    with open(os.path.join(run, "config.json")) as f:
+        data = json.load(f)["data"]
+    return {t.question: (t.parallel_type, len(t.gold)) for t in load_tasks(data)}
+
+
+def rows_of(runs):
+    """Every logged rollout of `runs`, with its prompt type, gold steps `need` and tool turns `k`."""
+    out = []
+    for run in runs:
+        kinds = prompts(run)
+        for r in read(os.path.join(run, "rollouts.jsonl")):
+            kind, need = kinds[r["question"]]
+            out.append({**r, "run": run, "kind": kind, "need": need, "k": tool_turns(r)})
+    return out
+
+
+def mean_se(xs):
+    """(mean, standard error) of xs; SE None below 2 values."""
+    if not xs:
+        return None, None
+    return statistics.fmean(xs), (statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else None)
+
+
+def levels(rows):
+    """Per prompt type and k - need (capped at -2 and +2): count, share and mean scores."""
+    out = {}
+    for kind in sorted({r["kind"] for r in rows}):
+        rs = [r for r in rows if r["kind"] == kind]
+        for off in range(-2, 3):
+            xs = [r for r in rs if max(-2, min(2, r["k"] - r["need"])) == off]
+            if xs:
+                out[(kind, off)] = {"n": len(xs), "share": len(xs) / len(rs),
+                                    **{k: statistics.fmean(x[k] for x in xs) for k in KEYS}}
+    return out
+
+
+def choice(rows):
+    """Per prompt type: the group-paired difference (called again - stopped at the gold's count) of
+    CHOICE, as (mean, SE over groups, groups)."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["run"], r["step"], r["group"]), []).append(r)
+    per = {}
+    for rs in groups.values():
+        stop = [r for r in rs if r["k"] == r["need"]]
+        more = [r for r in rs if r["k"] > r["need"]]
+        if stop and more:
+            d = {k: statistics.fmean(m[k] - s[k] for m in more for s in stop) for k in CHOICE}
+            per.setdefault(rs[0]["kind"], []).append(d)
+    return {kind: {k: (*mean_se([d[k] for d in ds]), len(ds)) for k in CHOICE} for kind, ds in sorted(per.items())}
+
+
+def num(x, digits=3):
+    return "-" if x is None else f"{x:+.{digits}f}"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("runs", nargs="+", help="train.py output folders (each with rollouts.jsonl and config.json)")
+    a = p.parse_args(argv)
+    rows = rows_of(a.runs)
+    print(f"{len(rows)} rollouts of {len(a.runs)} run(s)\n")
+    print("| prompt type | k - need | rollouts | share | S_process | S_sum | score |\n|---|---|---|---|---|---|---|")
+    for (kind, off), v in levels(rows).items():
+        print(f"| {kind} | {off:+d} | {v['n']} | {v['share']:.2f} | {v['process']:.3f} | {v['summary']:.3f} | "
+              f"{v['score']:.3f} |")
+    print("\ncalled again minus stopped at the gold's count, paired inside groups (mean ± SE over groups)\n")
+    print("| prompt type | groups | S_process | S_sum | A_tool | A_sum |\n|---|---|---|---|---|---|")
+    for kind, v in choice(rows).items():
+        cells = " | ".join(f"{num(v[k][0])} ± {num(v[k][1]).lstrip('+')}" for k in CHOICE)
+        print(f"| {kind} | {v['process'][2]} | {cells} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""experiments/stopping.py: what each score pays for calling again instead of stopping, from a run
+folder's logged rollouts, against numbers worked by hand."""
+import json
+import os
+
+import pytest
+
+from experiments import stopping
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CALL, ANSWER = "<tool_call>\n[]\n</tool_call>", "It is sunny."
+
+
+def rollout(step, group, question, calls, process, summary, adv_tool, adv_sum):
+    turns = [{"text": CALL, "calls": [], "observations": []}] * calls + [{"text": ANSWER, "calls": [], "observations": []}]
+    return {"step": step, "group": group, "question": question, "turns": turns, "stop": "done", "process": process,
+            "summary": summary, "score": process + summary, "adv_tool": adv_tool, "adv_sum": adv_sum}
+
+
+def test_calling_again_against_stopping_by_hand(tmp_path, capsys):
+    """Two groups of a single-step prompt (need 1) and one of an irrelevant prompt (need 0): the
+    levels per k - need, and the group-paired difference (called again - stopped), each group's pairs
+    averaged first; a group without both kinds gives no pair."""
+    tasks = [json.loads(line) for line in open(f"{ROOT}/data/world/rl.jsonl")]
+    single = next(t for t in tasks if t["extra_info"]["parallel_type"] == "single_step_single_tool")
+    irr = next(t for t in tasks if t["extra_info"]["parallel_type"] == "irrelevant")
+    with open(tmp_path / "rl.jsonl", "w") as f:
+        f.writelines(json.dumps(t) + "\n" for t in (single, irr))
+    (tmp_path / "config.json").write_text(json.dumps({"data": str(tmp_path / "rl.jsonl")}))
+    qs, qi = (stopping.load_tasks(str(tmp_path / "rl.jsonl"))[i].question for i in (0, 1))
+    rows = [rollout(1, 0, qs, 1, 1.0, 0.8, 0.5, 0.4), rollout(1, 0, qs, 1, 0.8, 0.6, 0.1, 0.0),   # stopped at 1
+            rollout(1, 0, qs, 2, 0.7, 0.9, -0.2, 0.6),                                            # called again
+            rollout(2, 1, qs, 1, 0.9, 0.5, 0.0, 0.0), rollout(2, 1, qs, 3, 0.5, 0.5, -1.0, 0.0),
+            rollout(2, 2, qi, 0, 1.0, 1.0, 0.0, 0.0), rollout(2, 2, qi, 0, 1.0, 0.0, 0.0, -1.0)]  # no one called
+    with open(tmp_path / "rollouts.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    got = stopping.rows_of([str(tmp_path)])
+    assert [(r["kind"], r["need"], r["k"]) for r in got][:3] == [("single_step_single_tool", 1, 1)] * 2 + \
+        [("single_step_single_tool", 1, 2)]
+    levels = stopping.levels(got)
+    assert levels[("single_step_single_tool", 0)]["n"] == 3 and levels[("single_step_single_tool", 2)]["n"] == 1
+    assert levels[("single_step_single_tool", 1)]["share"] == 0.2
+    assert levels[("single_step_single_tool", 0)]["process"] == pytest.approx(0.9)   # (1.0 + 0.8 + 0.9) / 3
+    assert levels[("irrelevant", 0)]["summary"] == 0.5
+    c = stopping.choice(got)
+    assert set(c) == {"single_step_single_tool"}                      # the irrelevant group has no caller
+    # group 0: process (0.7-1.0 + 0.7-0.8)/2 = -0.2; group 1: 0.5-0.9 = -0.4 -> mean -0.3, SE 0.1
+    assert c["single_step_single_tool"]["process"] == pytest.approx((-0.3, 0.1, 2))
+    # A_tool: group 0 (-0.7 + -0.3)/2 = -0.5, group 1 -1.0 -> -0.75 ± 0.25; A_sum: 0.4, 0.0 -> 0.2 ± 0.2
+    assert c["single_step_single_tool"]["adv_tool"] == pytest.approx((-0.75, 0.25, 2))
+    assert c["single_step_single_tool"]["adv_sum"] == pytest.approx((0.2, 0.2, 2))
+    stopping.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "7 rollouts of 1 run(s)" in out and "| single_step_single_tool | 2 | -0.300 ± 0.100 |" in out
