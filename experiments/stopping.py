@@ -21,17 +21,17 @@ import json
 import os
 import statistics
 
-from experiments.common import read
+from experiments.common import mean_std, read
 from lib.data import load_tasks
-from segment import OPEN, strip_think
+from rollout import Rollout
 
 KEYS = ("process", "summary", "score")          # the logged per-rollout scores (lib/loop.py log_step)
 CHOICE = ("process", "summary", "adv_tool", "adv_sum")
 
 
 def tool_turns(row):
-    """Assistant turns that opened a tool call (rollout.Rollout.tool_turns, from the logged turns)."""
-    return sum(OPEN in strip_think(t["text"]) for t in row["turns"])
+    """Assistant turns that opened a tool call: rollout.Rollout.tool_turns of the logged turns."""
+    return Rollout(None, row["group"], [], turns=row["turns"]).tool_turns
 
 
 def prompts(run):
@@ -46,7 +46,10 @@ def rows_of(runs):
     out = []
     for run in runs:
         kinds = prompts(run)
-        for r in read(os.path.join(run, "rollouts.jsonl")):
+        for i, r in enumerate(read(os.path.join(run, "rollouts.jsonl")), 1):
+            if r["question"] not in kinds:
+                raise SystemExit(f"error: {run}/rollouts.jsonl row {i}: its question is not in the run's RL data "
+                                 f"(config.json's `data`)")
             kind, need = kinds[r["question"]]
             out.append({**r, "run": run, "kind": kind, "need": need, "k": tool_turns(r)})
     return out
@@ -54,9 +57,8 @@ def rows_of(runs):
 
 def mean_se(xs):
     """(mean, standard error) of xs; SE None below 2 values."""
-    if not xs:
-        return None, None
-    return statistics.fmean(xs), (statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else None)
+    mean, sd = mean_std(xs)
+    return mean, (sd / len(xs) ** 0.5 if len(xs) > 1 else None)
 
 
 def levels(rows):
@@ -88,8 +90,9 @@ def choice(rows):
     return {kind: {k: (*mean_se([d[k] for d in ds]), len(ds)) for k in CHOICE} for kind, ds in sorted(per.items())}
 
 
-def num(x, digits=3):
-    return "-" if x is None else f"{x:+.{digits}f}"
+def signed(x):
+    """One number to 3 places with its sign, "-" for None."""
+    return "-" if x is None else f"{x:+.3f}"
 
 
 def main(argv=None):
@@ -105,7 +108,7 @@ def main(argv=None):
     print("\ncalled again minus stopped at the gold's count, paired inside groups (mean ± SE over groups)\n")
     print("| prompt type | groups | S_process | S_sum | A_tool | A_sum |\n|---|---|---|---|---|---|")
     for kind, v in choice(rows).items():
-        cells = " | ".join(f"{num(v[k][0])} ± {num(v[k][1]).lstrip('+')}" for k in CHOICE)
+        cells = " | ".join(f"{signed(v[k][0])} ± {signed(v[k][1]).lstrip('+')}" for k in CHOICE)
         print(f"| {kind} | {v['process'][2]} | {cells} |")
 
 

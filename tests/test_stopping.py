@@ -53,3 +53,11 @@ def test_calling_again_against_stopping_by_hand(tmp_path, capsys):
     stopping.main([str(tmp_path)])
     out = capsys.readouterr().out
     assert "7 rollouts of 1 run(s)" in out and "| single_step_single_tool | 2 | -0.300 ± 0.100 |" in out
+
+
+def test_a_rollout_of_another_data_file_is_refused_in_one_line(tmp_path):
+    """A logged question that the run's RL data does not hold: one line naming the file and row."""
+    (tmp_path / "config.json").write_text(json.dumps({"data": f"{ROOT}/data/world/rl.jsonl"}))
+    (tmp_path / "rollouts.jsonl").write_text(json.dumps(rollout(1, 0, "not a shipped question", 1, 0.5, 0.5, 0, 0)) + "\n")
+    with pytest.raises(SystemExit, match="rollouts.jsonl row 1: its question is not in the run's RL data"):
+        stopping.rows_of([str(tmp_path)])
