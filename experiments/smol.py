@@ -22,7 +22,8 @@ simulator from the responses recorded in data/world, summaries rated by the refe
    Process, Name F1, S_sum, tool turns, Format) and the paired per-prompt difference after - before
    with its standard error (also of tool turns on the single-step and irrelevant prompts); per seed and
    pooled, SLCA - GRPO and slca-decision - SLCA after RL the same way (PAIRS). <out>/curves.png: the
-   training rollouts' score, Process and S_sum against the RL step, per run.
+   training rollouts' score, Process and S_sum against the RL step, per run, and below them the sampled
+   tool turns per prompt type.
 
 --world wrong: the paper's central case, a wrong value inside the call that the summary reward pays
 for (docs/experiments/wrong-value.md), on SmolLM2 (docs/experiments/smol-wrong.md).
@@ -69,8 +70,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from eval import SUCCESS, metrics, reached
-from experiments import common, misattribution
+from experiments import common, misattribution, stopping
 from lib.config import read_preset
+from lib.data import PARALLEL_TYPES
 from lib.files import read_jsonl
 from tools import make_world
 
@@ -208,30 +210,49 @@ def report(out, before, runs, walls):
     return md
 
 
+def turns(run):
+    """{prompt type: {step: the mean sampled tool turns of that step's rollouts of the type}} of a run folder."""
+    by = {}
+    for r in stopping.rows_of([run]):
+        by.setdefault(r["kind"], {}).setdefault(r["step"], []).append(r["k"])
+    return {kind: {s: statistics.fmean(ks) for s, ks in sorted(steps.items())} for kind, steps in by.items()}
+
+
 def plot(out, names, wrong=False):
     """curves.png: each run's training rollouts' mean score, Process and S_sum per RL step (thin) and
     their running mean over the last 4 steps (thick; 4 prompts a step make one step's mean noisy);
-    `wrong` (--world wrong) adds the sampled wrong-value rate of each step's rollouts (rollouts.jsonl)."""
+    `wrong` (--world wrong) adds the sampled wrong-value rate of each step's rollouts (rollouts.jsonl).
+    Below, one panel per prompt type: the sampled tool turns of the steps that drew the type, and their
+    running mean over its last 4 such steps."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     keys = ["score", "process", "summary"] + (["redundant"] if wrong else [])
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
+    wide = 12 // len(keys)  # the top row's panels share the width of the six below
+    fig, ax = plt.subplot_mosaic([[k for k in keys for _ in range(wide)], [t for t in PARALLEL_TYPES for _ in (0, 1)]],
+                                 figsize=(16, 6.4))
+
+    def draw(panel, x, y, i, name):
+        run = [statistics.fmean(y[max(0, j - 3):j + 1]) for j in range(len(y))]
+        ls = "--" if name.startswith("grpo") else "-"
+        panel.plot(x, y, lw=0.6, alpha=0.4, color=f"C{i}", ls=ls)
+        panel.plot(x, run, lw=2, color=f"C{i}", ls=ls, label=name)
+
     for i, name in enumerate(names):
         rows = [r for r in read_jsonl(os.path.join(out, name, "metrics.jsonl")) if "step" in r and "score" in r]
         if wrong:
             rate = common.per_step(read_jsonl(os.path.join(out, name, "rollouts.jsonl")))
             rows = [r | {"redundant": rate[r["step"]]} for r in rows if r["step"] in rate]
-        x = [r["step"] + 1 for r in rows]
-        for ax, key in zip(axes, keys):
-            y = [r[key] for r in rows]
-            run = [statistics.fmean(y[max(0, j - 3):j + 1]) for j in range(len(y))]
-            ls = "--" if name.startswith("grpo") else "-"
-            ax.plot(x, y, lw=0.6, alpha=0.4, color=f"C{i}", ls=ls)
-            ax.plot(x, run, lw=2, color=f"C{i}", ls=ls, label=name)
-    for ax, title in zip(axes, ("score (S_process + S_sum)", "Process", "S_sum", "wrong-value rate")):
-        ax.set(title=f"training rollouts: {title}", xlabel="RL step")
-    axes[0].legend(fontsize=7)
+        for key in keys:
+            draw(ax[key], [r["step"] + 1 for r in rows], [r[key] for r in rows], i, name)
+        for kind, by_step in turns(os.path.join(out, name)).items():
+            draw(ax[kind], [s + 1 for s in by_step], list(by_step.values()), i, name)
+    for key, title in zip(keys, ("score (S_process + S_sum)", "Process", "S_sum", "wrong-value rate")):
+        ax[key].set(title=f"training rollouts: {title}", xlabel="RL step")
+    for kind in PARALLEL_TYPES:
+        ax[kind].set_title(f"tool turns: {kind}", fontsize=8)
+        ax[kind].set_xlabel("RL step")
+    ax[keys[0]].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "curves.png"), dpi=110)
 

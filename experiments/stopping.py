@@ -14,14 +14,18 @@ A_sum, averaged over pairs with its standard error over groups (a group's pairs 
 A positive A_tool difference is the tool segment, which holds the extra call's first token, paid for
 calling again; a negative A_sum difference is the summary segment, which holds the stop decision
 (the summary turn's first token), charged for stopping. Which prompt a rollout came from is its
-question, looked up in the run's RL data file (config.json's `data`).
+question, looked up in the run's RL data file (config.json's `data`). Last, per prompt type, the
+share of rollouts that wrote two or more calls in one turn (one block, what Eq. 2's parallel part
+pays on a parallel step) over the first and the last third of the RL steps, and the mean S_process
+and Success@0.9 (S_process >= 0.9) of rollouts with such a block against those without.
 """
 import argparse
 import json
 import os
 import statistics
 
-from experiments.common import mean_std, read
+from eval import SUCCESS
+from experiments.common import mean_std, num, read, thirds
 from lib.data import load_tasks
 from rollout import Rollout
 
@@ -90,6 +94,26 @@ def choice(rows):
     return {kind: {k: (*mean_se([d[k] for d in ds]), len(ds)) for k in CHOICE} for kind, ds in sorted(per.items())}
 
 
+def block(row):
+    """Whether a logged rollout wrote two or more calls in one turn."""
+    return any(len(t["calls"]) > 1 for t in row["turns"])
+
+
+def blocks(rows):
+    """Per prompt type: the share of rollouts with a block (`block`) over the first and last third of
+    the RL steps (None where the type was not drawn), and (n, mean S_process, Success@0.9) of the rollouts with a block and without."""
+    first, last = thirds(rows)
+    out = {}
+    for kind in sorted({r["kind"] for r in rows}):
+        rs = [r for r in rows if r["kind"] == kind]
+        share = lambda steps: mean_std([block(r) for r in rs if r["step"] in steps])[0]  # noqa: E731
+        part = lambda xs: (len(xs), statistics.fmean(x["process"] for x in xs),  # noqa: E731
+                           statistics.fmean(x["process"] >= SUCCESS for x in xs)) if xs else (0, None, None)
+        out[kind] = {"first": share(first), "last": share(last), "block": part([r for r in rs if block(r)]),
+                     "split": part([r for r in rs if not block(r)])}
+    return out
+
+
 def signed(x):
     """One number to 3 places with its sign, "-" for None."""
     return "-" if x is None else f"{x:+.3f}"
@@ -110,6 +134,12 @@ def main(argv=None):
     for kind, v in choice(rows).items():
         cells = " | ".join(f"{signed(v[k][0])} ± {signed(v[k][1]).lstrip('+')}" for k in CHOICE)
         print(f"| {kind} | {v['process'][2]} | {cells} |")
+    print("\nrollouts with two or more calls in one turn (a block): share over the first / last third of RL steps; "
+          "S_process and Success@0.9 with a block / without\n")
+    print("| prompt type | share, first third | share, last third | S_process | Success@0.9 |\n|---|---|---|---|---|")
+    for kind, v in blocks(rows).items():
+        print(f"| {kind} | {num(v['first'])} | {num(v['last'])} | {num(v['block'][1])} / {num(v['split'][1])} | "
+              f"{num(v['block'][2])} / {num(v['split'][2])} (n {v['block'][0]} / {v['split'][0]}) |")
 
 
 if __name__ == "__main__":

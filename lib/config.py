@@ -146,6 +146,9 @@ def parser(method, episode_flags):
     g.add_argument("--decision-credit", choices=method["decision"], default=method["decision"][0],
                    help="who pays the tokens that decide to stop calling (the summary turn's first, README Eq. 15; "
                         "--algo slca only, a project extension): summary = Â_sum, SLCA exactly; tool = Â_tool")
+    g.add_argument("--extra-call-cost", type=num, default=method["extra_cost"], metavar="C",
+                   help="c of README Eq. 16 (a project extension): each valid call beyond the gold's count costs c "
+                        "of S_process in the training reward (score and R_tool; --algo slca or grpo); 0 = HierR exactly")
     g.add_argument("--norm-by-std", action=argparse.BooleanOptionalAction, default=True,
                    help="--no-norm-by-std subtracts the group mean only (Dr. GRPO)")
     g.add_argument("--group-stats", choices=method["stats"], default=method["stats"][0],
@@ -265,6 +268,10 @@ def check_args(p, a, check_episode):
         p.error("--sft-weight-decay must be >= 0")
     if a.turn_credit < 0:
         p.error("--turn-credit must be >= 0")
+    if a.extra_call_cost < 0:
+        p.error("--extra-call-cost must be >= 0")
+    if a.extra_call_cost and a.algo == "toolpo":
+        p.error("--extra-call-cost charges S_process, which --algo toolpo does not train on: use slca or grpo")
     if a.turn_credit and a.algo != "slca":
         p.error(f"--turn-credit is per-turn credit inside SLCA's tool segment: it needs --algo slca, not {a.algo}")
     if a.decision_credit != "summary" and a.algo != "slca":

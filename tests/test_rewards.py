@@ -80,6 +80,23 @@ def test_full_marks_and_segment_rewards():
     assert (out["r_tool"], out["r_sum"]) == (pytest.approx(1.0), 0.75)
 
 
+def test_extra_call_cost_by_hand():
+    """Eq. 16: each valid call beyond the gold's count costs c of S_process in score and R_tool; the
+    logged process (what Success@0.9 reads) stays Eq. 2's; c = 0 is HierR bit for bit; never below 0."""
+    gold = task([[call("f", x=1)]])
+    one, three = block(call("f", x=1)), block(call("f", x=1)) + block(call("f", x=1), call("g", y="a"))
+    base = score(three + "It is done now.", "It is done now.", ["{}"] * 3, gold, FixedJudge(5))
+    assert base["extra"] == 2.0 and base["r_tool"] == base["process"]
+    out = score(three + "It is done now.", "It is done now.", ["{}"] * 3, gold, FixedJudge(5), extra_cost=0.1)
+    assert out["process"] == base["process"] and out["r_tool"] == pytest.approx(base["process"] - 0.2)
+    assert out["score"] == pytest.approx(base["score"] - 0.2) and out["r_sum"] == base["r_sum"] == 1.0
+    right = score(one + "It is done now.", "It is done now.", ["{}"], gold, FixedJudge(5), extra_cost=0.1)
+    assert right["extra"] == 0.0 and right["r_tool"] == pytest.approx(1.0)      # no call beyond the gold's: no charge
+    assert score(three, "", ["{}"] * 3, gold, FixedJudge(5), extra_cost=5.0)["r_tool"] == 0.0
+    irr = score(one + "It is done now.", "It is done now.", ["{}"], task([]), FixedJudge(5), extra_cost=0.25)
+    assert irr["extra"] == 1.0 and irr["r_tool"] == pytest.approx(irr["process"] - 0.25)
+
+
 def test_gold_forms():
     nested = [[call("f", x=1), call("g")], [call("f", x=2)]]
     assert normalize_gold(json.dumps(nested)) == [[call("f", x=1), call("g")], [call("f", x=2)]]

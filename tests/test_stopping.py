@@ -61,3 +61,19 @@ def test_a_rollout_of_another_data_file_is_refused_in_one_line(tmp_path):
     (tmp_path / "rollouts.jsonl").write_text(json.dumps(rollout(1, 0, "not a shipped question", 1, 0.5, 0.5, 0, 0)) + "\n")
     with pytest.raises(SystemExit, match="rollouts.jsonl row 1: its question is not in the run's RL data"):
         stopping.rows_of([str(tmp_path)])
+
+
+def test_blocks_by_hand():
+    """The share of rollouts with two or more calls in one turn over the first and last third of the
+    steps (a type not drawn in a third: None), and S_process / Success@0.9 with a block and without."""
+    one, two = [{"name": "a"}], [{"name": "a"}, {"name": "b"}]
+    turn = lambda calls: {"text": CALL, "calls": calls, "observations": []}  # noqa: E731
+    rows = [{"kind": "single_step_parallel", "step": s, "turns": [turn(c)], "process": p}
+            for s, c, p in [(0, one, 0.5), (0, two, 1.0), (1, one, 0.4), (2, two, 0.9), (2, two, 0.8)]]
+    rows.append({"kind": "irrelevant", "step": 2, "turns": [], "process": 1.0})
+    b = stopping.blocks(rows)
+    assert b["single_step_parallel"]["first"] == 0.5 and b["single_step_parallel"]["last"] == 1.0
+    n, proc, ok = b["single_step_parallel"]["block"]
+    assert (n, ok) == (3, pytest.approx(2 / 3)) and proc == pytest.approx(0.9)
+    assert b["single_step_parallel"]["split"] == (2, pytest.approx(0.45), 0.0)
+    assert b["irrelevant"]["first"] is None and b["irrelevant"]["block"] == (0, None, None)

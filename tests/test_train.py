@@ -2,6 +2,7 @@
 import hashlib
 import json
 import math
+import sys
 import time
 from types import SimpleNamespace
 
@@ -104,6 +105,8 @@ def test_one_rl_step_changes_weights_and_logs_every_field(world):
     (["--turn-credit", "-1"], "--turn-credit"),
     (["--algo", "grpo", "--decision-credit", "tool"], "--decision-credit tool moves a token"),
     (["--decision-credit", "both"], "--decision-credit"),
+    (["--extra-call-cost", "-0.1"], "--extra-call-cost must be >= 0"),
+    (["--algo", "toolpo", "--extra-call-cost", "0.1"], "--extra-call-cost charges S_process"),
 ])
 def test_bad_flags_name_the_flag(argv, flag, capsys, monkeypatch):
     def offline():
@@ -637,6 +640,34 @@ def turn_conflict_loop(rows):
         n += sum(v != 0 for v in adv)
         conflict += sum(v * r["adv_tool"] < 0 for v, r in zip(adv, rows))
     return conflict / n
+
+
+@pytest.mark.slow
+def test_extra_call_cost_charges_the_calls_beyond_the_gold_in_the_trained_reward(tmp_path, monkeypatch):
+    """train.main with --extra-call-cost (README Eq. 16) on scripted rollouts, one of which repeats the
+    second call in its block: the same rollouts as without the flag, the logged process unchanged,
+    R_tool and the score lower by c per extra call, and so other advantages and weights."""
+    twice = '<tool_call>\n[{"name": "f", "arguments": {"x": 2}}, {"name": "f", "arguments": {"x": 2}}]\n</tool_call>'
+    monkeypatch.setattr(sys.modules[__name__], "SCRIPTS", [[fcall(1), fcall(2)], [fcall(1), twice],
+                                                           [fcall(3), fcall(2)], [fcall(1)]])
+    scripted_sampling(monkeypatch)
+    argv = ["--data", two_step_world(tmp_path), "--sft-data", "", "--eval-data", "", "--tiny-size", "32", "1", "2",
+            "--steps", "1", "--group-size", "4", "--prompts-per-step", "2", "--mini-batch", "1",
+            "--max-turns", "3", "--lr", "1e-3", "--old-logprobs", "recompute"]
+    logged, finals = {}, {}
+    from transformers import AutoModelForCausalLM
+    for name, extra in (("off", []), ("cost", ["--extra-call-cost", "0.25"])):
+        train.main(argv + extra + ["--out", str(tmp_path / name)])
+        logged[name] = [json.loads(x) for x in open(tmp_path / name / "rollouts.jsonl")]
+        finals[name] = AutoModelForCausalLM.from_pretrained(tmp_path / name / "final").state_dict()
+    assert json.load(open(tmp_path / "cost" / "config.json"))["extra_call_cost"] == 0.25
+    assert [r["extra"] for r in logged["off"]] == [0.0, 1.0, 0.0, 0.0] * 2
+    for off, cost in zip(logged["off"], logged["cost"]):
+        assert cost["turns"] == off["turns"] and cost["process"] == off["process"] and cost["r_sum"] == off["r_sum"]
+        assert cost["r_tool"] == pytest.approx(off["r_tool"] - 0.25 * off["extra"])
+        assert cost["score"] == pytest.approx(off["score"] - 0.25 * off["extra"])
+    assert [r["adv_tool"] for r in logged["cost"]] != [r["adv_tool"] for r in logged["off"]]
+    assert any(not torch.equal(v, finals["cost"][k]) for k, v in finals["off"].items())
 
 
 @pytest.mark.slow
