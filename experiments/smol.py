@@ -20,7 +20,9 @@ simulator from the responses recorded in data/world, summaries rated by the refe
    (--jobs runs at a time, each on one thread; a finished stage is kept, so a stopped run continues)
 4. <out>/table.md and table.json: per run, before and after RL on the same prompts (Success@0.9,
    Process, Name F1, S_sum, tool turns, Format) and the paired per-prompt difference after - before
-   with its standard error (also of tool turns on the single-step and irrelevant prompts); per seed and
+   with its standard error (also of tool turns on the single-step and irrelevant prompts); per prompt
+   type, each run's mean change of Success@0.9, tool turns, calls beyond the gold's (README Eq. 16's e)
+   and Eq. 2's parallel part (the first block as large as the gold's first step); per seed and
    pooled, SLCA - GRPO and slca-decision - SLCA after RL the same way (PAIRS). <out>/curves.png: the
    training rollouts' score, Process and S_sum against the RL step, per run, and below them the sampled
    tool turns per prompt type.
@@ -198,6 +200,20 @@ def report(out, before, runs, walls):
                   for algo, d in res["pooled"].items()]
         lines += [f"| {name} after RL, {'seed ' + s if s != 'pooled' else 'pooled'} | " +
                   " | ".join(cell(d[k]) for k in keys) + " |" for name, pair in res["pairs"].items() for s, d in pair.items()]
+    lines += ["", "| prompt type (n): ΔSuccess@0.9 / Δtool turns / Δcalls beyond the gold / Δparallel part | " + " | ".join(runs) + " |",
+              "|---|" + "---|" * len(runs)]
+    for kind in PARALLEL_TYPES:
+        ids = [i for i, b in enumerate(before) if b["parallel_type"] == kind]
+        if ids:
+            cells = []
+            for name, after in runs.items():
+                d = res["runs"][name].setdefault("types", {})[kind] = {
+                    k: statistics.fmean(x[i] for i in ids) for k, x in
+                    (("success", deltas(after, before, "success")), ("tool_turns", deltas(after, before, "tool_turns")),
+                     ("extra", deltas(after, before, "extra") if "extra" in before[0] else [0.0] * len(before)),
+                     ("parallel", deltas(after, before, "parallel")))}
+                cells.append(f"{d['success']:+.3f} / {d['tool_turns']:+.2f} / {d['extra']:+.2f} / {d['parallel']:+.2f}")
+            lines.append(f"| {kind} ({len(ids)}) | " + " | ".join(cells) + " |")
     early = sum(r["parallel_type"] in EARLY_STOP for r in before)
     lines += ["", f"n = {len(before)} held-out prompts ({early} single-step or irrelevant: the first tool-turn column), "
               f"greedy, the same before and after; Δ per prompt, its mean ± standard error (t = mean / SE; one-sided "

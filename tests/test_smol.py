@@ -41,7 +41,8 @@ def test_decision_arm_against_slca_per_prompt(tmp_path):
     irrelevant prompts only (a multi-step prompt's extra turn is left out), by hand."""
     kinds = ["irrelevant", "single_step_parallel", "multi_step_all_serial", "single_step_single_tool"]
     rows = lambda ps, turns: [{"id": i, "process": p, "tool_turns": t, "parallel_type": k, "score": p, "name": 1,  # noqa: E731
-                               "key": 1, "value": 1, "format": 1, "score_norm": p, "summary": 0.5}
+                               "key": 1, "value": 1, "format": 1, "score_norm": p, "summary": 0.5,
+                               "extra": t - 1, "parallel": float(p > 0.4)}
                               for i, (p, t, k) in enumerate(zip(ps, turns, kinds))]
     before = rows([0.5, 0.95, 0.2, 0.9], [1, 1, 2, 1])
     runs = {"slca-s0": rows([0.95, 0.95, 0.2, 0.9], [2, 2, 2, 1]), "slca-decision-s0": rows([0.95, 0.95, 0.9, 0.9], [1, 1, 3, 1]),
@@ -55,8 +56,17 @@ def test_decision_arm_against_slca_per_prompt(tmp_path):
     assert res["pooled"]["slca"]["early_turns"]["mean"] == pytest.approx(2 / 3)  # "slca-decision" runs not counted as slca
     assert res["pooled"]["slca-decision"]["early_turns"]["mean"] == 0
     assert pair["pooled"]["early_turns"]["below"] and pair["pooled"]["late_turns"] is None  # one multi-step prompt
+    # per prompt type (one prompt each here): irrelevant in slca-s0 gained Success@0.9, a turn and a call beyond
+    # the gold's, not the parallel part (0.5 and 0.95 both above 0.4 here); single_step_parallel in slca-s1 lost
+    # Success@0.9 (0.95 -> 0.5), not the block
+    assert res["runs"]["slca-s0"]["types"]["irrelevant"] == {"success": 1, "tool_turns": 1, "extra": 1, "parallel": 0}
+    assert res["runs"]["slca-s1"]["types"]["single_step_parallel"] == {"success": -1, "tool_turns": 0, "extra": 0,
+                                                                       "parallel": 0}
+    assert "multi_step_has_parallel" not in res["runs"]["slca-s0"]["types"]             # no such prompt
     table = (tmp_path / "table.md").read_text().splitlines()
     assert len(table[0].split("|")) == len(table[1].split("|"))  # the header and its separator: one cell each
+    assert any(line.startswith("| irrelevant (1) | +1.000 / +1.00 / +1.00 / +0.00 | +1.000 / +0.00 / +0.00 / +0.00 |")
+               for line in table)
 
 
 def test_sft_sample_is_enriched_in_marked_conversations(tmp_path):
