@@ -6,13 +6,14 @@ Each trajectory gets two scores, one per segment (see segment.py):
     S_sum     = (r - 1) / 4,  r in 1..5 from a judge of the final response         (Eq. 3)
     score     = λ_tool·S_process + λ_sum·S_sum,  or -0.5 on an omission           (Eq. 4)
     R_tool, R_sum = (0, score) if omission or score < 0 else (S_process, S_sum)   (Eq. 5)
-    S_process <- max(0, S_process - c·max(0, |calls| - |gold calls|)) in Eqs. 4-5  (Eq. 16, c = 0: off)
+    S_process <- max(0, S_process - c·e_call - b·e_block) in Eqs. 4-5              (Eq. 16, c = b = 0: off)
 
 The five parts are the released reward's (rl/slca_grpo/reward_fn.py) on every input it does not
 crash on (tests/test_release_parity.py against tests/release_reward.py); the process score pools
 the valid calls of all turns against the gold calls. `strict` (--strict-calls) is a project
-deviation; `extra_cost` (--extra-call-cost, Eq. 16) a project extension that charges each valid call
-beyond the gold's count in the training reward only (the logged `process` and Success@0.9 stay
+deviation; `extra_cost` and `block_cost` (--extra-call-cost, --extra-block-cost, Eq. 16) a project
+extension that charges each valid call beyond the gold's calls (e_call) and each valid block beyond the
+gold's steps (e_block) in the training reward only (the logged `process` and Success@0.9 stay
 Eq. 2's). S_sum is 0 without a tool response or with a final response under 10 characters; which
 responses count is the summary gate (GATES: "real" ones only, or the release's <tool_response>
 blocks of the decoded trajectory, `release_responses` / `release_final`). ToolPO (§3.3) adds
@@ -36,6 +37,7 @@ WEIGHTS = {"format": 0.10, "name": 0.25, "key": 0.15, "value": 0.20, "parallel":
 OMISSION_SCORE = -0.5      # docs/method.md §2.3: gold has calls, the response makes none
 LAM = 1.0                  # λ_tool = λ_sum of Eq. 4 (train.py's --lam-tool, --lam-sum; Eq. 8 applies the same)
 EXTRA_COST = 0.0           # c of README Eq. 16 (train.py --extra-call-cost): 0 = HierR exactly, the paper's
+BLOCK_COST = 0.0           # b of README Eq. 16 (train.py --extra-block-cost): 0 = HierR exactly, the paper's
 MIN_SUMMARY_CHARS = 10     # docs/method.md §2.2: shorter final responses score 0
 MAX_JUDGE_CHARS = 32_768   # per judged text: 8,192 response tokens (docs/method.md §6) at ~4 characters each
 BOOLS = {"true": True, "false": False, "1": True, "0": False}  # docs/method.md §2.1 loose_equal
@@ -102,16 +104,17 @@ def process_score(response_text, gold_tool_calls, allowed_tools, weights=None, s
 
 
 def _process(text, gold, allowed_tools, weights, strict):
-    """(parts, predicted calls, gold calls flat); parts all 0 without allowed tools or on an omission."""
+    """(parts, predicted calls, gold calls flat, valid blocks); parts all 0 without allowed tools or on an
+    omission."""
     w = WEIGHTS if weights is None else weights
     gold_flat = [c for step in gold for c in step]
     zero = dict.fromkeys(WEIGHTS, 0.0)
     if not allowed_tools:
-        return dict(zero, process=0.0, omission=0.0), [], gold_flat
+        return dict(zero, process=0.0, omission=0.0), [], gold_flat, 0
     blocks, denom = predicted_calls(text, allowed_tools, strict)
     pred = [c for b in blocks for c in b]
     if gold_flat and (not pred if strict else OPEN not in strip_think(text)):
-        return dict(zero, process=0.0, omission=1.0), [], gold_flat
+        return dict(zero, process=0.0, omission=1.0), [], gold_flat, 0
     s = {"format": len(blocks) / denom if denom else 0.0}
     # name: multiset F1 of call names
     if not pred and not gold_flat:
@@ -126,7 +129,7 @@ def _process(text, gold, allowed_tools, weights, strict):
     s["parallel"] = float(len(blocks[0] if blocks else []) == len(gold[0] if gold else []))
     s["process"] = sum(w[k] * s[k] for k in WEIGHTS)
     s["omission"] = 0.0
-    return s, pred, gold_flat
+    return s, pred, gold_flat, len(blocks)
 
 
 def turn_rewards(turn_texts, gold_tool_calls, allowed_tools, weights=None, strict=False):
@@ -221,20 +224,23 @@ def _bounded(texts):
 
 
 def score(response_text, final_response, tool_responses, task, judge,
-          weights=None, lam_tool=LAM, lam_sum=LAM, strict=False, succ_judge=False, extra_cost=EXTRA_COST):
+          weights=None, lam_tool=LAM, lam_sum=LAM, strict=False, succ_judge=False, extra_cost=EXTRA_COST,
+          block_cost=BLOCK_COST):
     """Everything one trajectory gets: the parts, S_sum, score (Eq. 4), R_tool, R_sum (Eq. 5),
     judge_failed, judged and unrated (docs/method.md §2.4), and ToolPO's r_action and r_succ;
-    `extra` counts the valid calls beyond the gold's, charged `extra_cost` each in score and R_tool
-    (Eq. 16; `process` stays Eq. 2's).
+    `extra` counts the valid calls beyond the gold's and `extra_blocks` the valid blocks beyond the gold's
+    steps, charged `extra_cost` and `block_cost` each in score and R_tool (Eq. 16; `process` stays Eq. 2's).
 
     `task` needs .gold, .allowed_tools, .question and .facts (data.Task has them).
     response_text is the policy's own text over all turns; final_response the last turn's
     text when it holds no tool call, else ""; tool_responses the real tool responses only.
     """
-    s, pred, gold_flat = _process(response_text, normalize_gold(task.gold), task.allowed_tools, weights, strict)
+    gold = normalize_gold(task.gold)
+    s, pred, gold_flat, blocks = _process(response_text, gold, task.allowed_tools, weights, strict)
     s.update(summary=0.0, judge_failed=0.0, judged=0.0, unrated=0.0, r_action=0.0, r_succ=0.0,
-             extra=float(max(0, len(pred) - len(gold_flat))))
-    tool = max(0.0, s["process"] - extra_cost * s["extra"]) if extra_cost else s["process"]  # Eq. 16
+             extra=float(max(0, len(pred) - len(gold_flat))), extra_blocks=float(max(0, blocks - len(gold))))
+    charge = extra_cost * s["extra"] + block_cost * s["extra_blocks"]
+    tool = max(0.0, s["process"] - charge) if extra_cost or block_cost else s["process"]  # Eq. 16
     if s["omission"]:  # the judge is not called
         s["score"] = OMISSION_SCORE
     elif not task.allowed_tools:  # the release scores such a row 0 throughout
@@ -300,9 +306,9 @@ def release_final(text):
 
 
 def score_rollouts(rs, judge, weights=None, lam_tool=LAM, lam_sum=LAM, workers=16, strict=False, succ_judge=False,
-                   gate=GATES[0], tok=None, reward_input=INPUTS[0], extra_cost=EXTRA_COST):
+                   gate=GATES[0], tok=None, reward_input=INPUTS[0], extra_cost=EXTRA_COST, block_cost=BLOCK_COST):
     """The training reward of a batch of rollouts (rollout.Rollout): HierR for each (`score`;
-    `strict`, `succ_judge` and `extra_cost` as there), plus what the logs need from the rollout. The summary
+    `strict`, `succ_judge`, `extra_cost` and `block_cost` as there), plus what the logs need from the rollout. The summary
     gate: "real" judges the rollout's final turn on its real tool responses; "release" judges
     release_final on every <tool_response> block (release_responses) of its response ids
     decoded by `tok` as the release decodes them (special tokens skipped). The process score
@@ -325,7 +331,7 @@ def score_rollouts(rs, judge, weights=None, lam_tool=LAM, lam_sum=LAM, workers=1
         text = r.text if reward_input == "policy" else decoded
         s = score(text, final, tool_responses=responses, task=r.task, judge=judge,
                           weights=weights, lam_tool=lam_tool, lam_sum=lam_sum, strict=strict, succ_judge=succ_judge,
-                  extra_cost=extra_cost)
+                  extra_cost=extra_cost, block_cost=block_cost)
         s.update(score_norm=max(0.0, s["score"]) / (lam_tool + lam_sum) if lam_tool + lam_sum > 0 else 0.0,
                  tool_turns=r.tool_turns, stop=r.stop, length=len(r.ids), sim_failed=r.failed,
                  parallel_type=r.task.parallel_type or "unknown")

@@ -64,7 +64,8 @@ from lib.threads import Threads
 # the defaults and choices the method modules own, for the flag table (lib/config.py)
 METHOD = {"algos": ALGOS, "aggs": AGGS, "stats": STATS, "clip_eps": CLIP_EPS, "clip_c": CLIP_C, "kl_beta": KL_BETA,
           "lam": rewards.LAM, "weights": rewards.WEIGHTS.values(), "turn_credit": TURN_CREDIT, "temperature": TEMPERATURE,
-          "decision": DECISION_CREDIT, "extra_cost": rewards.EXTRA_COST}
+          "decision": DECISION_CREDIT, "extra_cost": rewards.EXTRA_COST,
+          "block_cost": rewards.BLOCK_COST}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,7 +170,8 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
         weights = dict(zip(rewards.WEIGHTS, a.hierr_weights))                                # Eq. 2's
         scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
                                 succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok,
-                                reward_input=a.reward_input, extra_cost=a.extra_call_cost)  # Eqs. 2-5 (16)
+                                reward_input=a.reward_input, extra_cost=a.extra_call_cost,
+                                block_cost=a.extra_block_cost)                              # Eqs. 2-5 (16)
         turn_r = [rewards.turn_rewards([t["text"] for t in r.turns[:-1]], r.task.gold, r.task.allowed_tools,
                                        weights, a.strict_calls) for r in rs]                 # per rollout, per tool turn
         # a rollout that lost a tool answer or its rating to the network is not trained on (--keep-failed: it is)

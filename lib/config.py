@@ -149,6 +149,10 @@ def parser(method, episode_flags):
     g.add_argument("--extra-call-cost", type=num, default=method["extra_cost"], metavar="C",
                    help="c of README Eq. 16 (a project extension): each valid call beyond the gold's count costs c "
                         "of S_process in the training reward (score and R_tool; --algo slca or grpo); 0 = HierR exactly")
+    g.add_argument("--extra-block-cost", type=num, default=method["block_cost"], metavar="B",
+                   help="b of README Eq. 16 (a project extension): each valid <tool_call> block beyond the gold's steps "
+                        "(a parallel step split over turns, a turn no step needs) costs b of S_process in the training "
+                        "reward, as --extra-call-cost; 0 = HierR exactly")
     g.add_argument("--norm-by-std", action=argparse.BooleanOptionalAction, default=True,
                    help="--no-norm-by-std subtracts the group mean only (Dr. GRPO)")
     g.add_argument("--group-stats", choices=method["stats"], default=method["stats"][0],
@@ -268,10 +272,11 @@ def check_args(p, a, check_episode):
         p.error("--sft-weight-decay must be >= 0")
     if a.turn_credit < 0:
         p.error("--turn-credit must be >= 0")
-    if a.extra_call_cost < 0:
-        p.error("--extra-call-cost must be >= 0")
-    if a.extra_call_cost and a.algo == "toolpo":
-        p.error("--extra-call-cost charges S_process, which --algo toolpo does not train on: use slca or grpo")
+    for flag, c in (("--extra-call-cost", a.extra_call_cost), ("--extra-block-cost", a.extra_block_cost)):
+        if c < 0:
+            p.error(f"{flag} must be >= 0")
+        if c and a.algo == "toolpo":
+            p.error(f"{flag} charges S_process, which --algo toolpo does not train on: use slca or grpo")
     if a.turn_credit and a.algo != "slca":
         p.error(f"--turn-credit is per-turn credit inside SLCA's tool segment: it needs --algo slca, not {a.algo}")
     if a.decision_credit != "summary" and a.algo != "slca":

@@ -106,7 +106,8 @@ def log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, show):
     logs.write(m)
     at, asum, keep = advs
     rows = [{"step": step, "group": r.group, "question": r.task.question, "turns": r.turns, "stop": r.stop,
-             **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum", "extra", "called", "redundant") if k in s},
+             **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum", "extra", "extra_blocks", "called",
+                                  "redundant") if k in s},
              "r_turn": turn_r[i], "adv_tool": float(at[i]), "adv_sum": float(asum[i])}
             for i, (r, s) in enumerate(zip(rs, scores))]
     for row in gather(rows):

@@ -97,6 +97,25 @@ def test_extra_call_cost_by_hand():
     assert irr["extra"] == 1.0 and irr["r_tool"] == pytest.approx(irr["process"] - 0.25)
 
 
+def test_extra_block_cost_by_hand():
+    """Eq. 16's block term: each valid block beyond the gold's steps costs b; a parallel step split over
+    two blocks is charged and the same calls in one block are not; invalid blocks are not counted."""
+    gold = task([[call("f", x=1), call("g", y="a")]])
+    merged, split = block(call("f", x=1), call("g", y="a")), block(call("f", x=1)) + block(call("g", y="a"))
+    one = score(merged + "It is done now.", "It is done now.", ["{}"] * 2, gold, FixedJudge(5), block_cost=0.2)
+    assert one["extra_blocks"] == 0.0 and one["r_tool"] == pytest.approx(1.0)
+    two = score(split + "It is done now.", "It is done now.", ["{}"] * 2, gold, FixedJudge(5), block_cost=0.2)
+    assert (two["extra"], two["extra_blocks"]) == (0.0, 1.0)
+    assert two["r_tool"] == pytest.approx(two["process"] - 0.2) and two["process"] == pytest.approx(0.70)  # parallel 0
+    bad = "<tool_call>not json</tool_call>"
+    out = score(merged + bad + "It is done now.", "It is done now.", ["{}"] * 2, gold, FixedJudge(5), block_cost=0.2)
+    assert out["extra_blocks"] == 0.0                                             # an invalid block: Format's, not Eq. 16's
+    both = score(split + block(call("f", x=1)) + "Done now, really.", "Done now, really.", ["{}"] * 3, gold,
+                 FixedJudge(5), extra_cost=0.1, block_cost=0.2)
+    assert (both["extra"], both["extra_blocks"]) == (1.0, 2.0)
+    assert both["r_tool"] == pytest.approx(max(0.0, both["process"] - 0.1 - 0.4))
+
+
 def test_gold_forms():
     nested = [[call("f", x=1), call("g")], [call("f", x=2)]]
     assert normalize_gold(json.dumps(nested)) == [[call("f", x=1), call("g")], [call("f", x=2)]]

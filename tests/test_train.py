@@ -107,6 +107,8 @@ def test_one_rl_step_changes_weights_and_logs_every_field(world):
     (["--decision-credit", "both"], "--decision-credit"),
     (["--extra-call-cost", "-0.1"], "--extra-call-cost must be >= 0"),
     (["--algo", "toolpo", "--extra-call-cost", "0.1"], "--extra-call-cost charges S_process"),
+    (["--extra-block-cost", "-1"], "--extra-block-cost must be >= 0"),
+    (["--algo", "toolpo", "--extra-block-cost", "0.1"], "--extra-block-cost charges S_process"),
 ])
 def test_bad_flags_name_the_flag(argv, flag, capsys, monkeypatch):
     def offline():
@@ -643,31 +645,36 @@ def turn_conflict_loop(rows):
 
 
 @pytest.mark.slow
-def test_extra_call_cost_charges_the_calls_beyond_the_gold_in_the_trained_reward(tmp_path, monkeypatch):
-    """train.main with --extra-call-cost (README Eq. 16) on scripted rollouts, one of which repeats the
-    second call in its block: the same rollouts as without the flag, the logged process unchanged,
-    R_tool and the score lower by c per extra call, and so other advantages and weights."""
+def test_extra_call_and_block_costs_charge_what_no_gold_step_needs_in_the_trained_reward(tmp_path, monkeypatch):
+    """train.main with README Eq. 16's flags on scripted rollouts: one repeats the second call inside its
+    block (a call beyond the gold's), one makes a third turn (a call and a block beyond): the same
+    rollouts as without the flags, the logged process unchanged, R_tool and the score lower by c per
+    extra call and b per extra block, and so other advantages and weights."""
     twice = '<tool_call>\n[{"name": "f", "arguments": {"x": 2}}, {"name": "f", "arguments": {"x": 2}}]\n</tool_call>'
     monkeypatch.setattr(sys.modules[__name__], "SCRIPTS", [[fcall(1), fcall(2)], [fcall(1), twice],
-                                                           [fcall(3), fcall(2)], [fcall(1)]])
+                                                           [fcall(1), fcall(2), fcall(2)], [fcall(1)]])
     scripted_sampling(monkeypatch)
     argv = ["--data", two_step_world(tmp_path), "--sft-data", "", "--eval-data", "", "--tiny-size", "32", "1", "2",
             "--steps", "1", "--group-size", "4", "--prompts-per-step", "2", "--mini-batch", "1",
-            "--max-turns", "3", "--lr", "1e-3", "--old-logprobs", "recompute"]
+            "--max-turns", "4", "--lr", "1e-3", "--old-logprobs", "recompute"]
     logged, finals = {}, {}
     from transformers import AutoModelForCausalLM
-    for name, extra in (("off", []), ("cost", ["--extra-call-cost", "0.25"])):
-        train.main(argv + extra + ["--out", str(tmp_path / name)])
+    runs = {"off": (0, 0), "call": (0.25, 0), "block": (0, 0.25)}
+    for name, (c, b) in runs.items():
+        train.main(argv + ["--extra-call-cost", str(c), "--extra-block-cost", str(b), "--out", str(tmp_path / name)])
         logged[name] = [json.loads(x) for x in open(tmp_path / name / "rollouts.jsonl")]
         finals[name] = AutoModelForCausalLM.from_pretrained(tmp_path / name / "final").state_dict()
-    assert json.load(open(tmp_path / "cost" / "config.json"))["extra_call_cost"] == 0.25
-    assert [r["extra"] for r in logged["off"]] == [0.0, 1.0, 0.0, 0.0] * 2
-    for off, cost in zip(logged["off"], logged["cost"]):
-        assert cost["turns"] == off["turns"] and cost["process"] == off["process"] and cost["r_sum"] == off["r_sum"]
-        assert cost["r_tool"] == pytest.approx(off["r_tool"] - 0.25 * off["extra"])
-        assert cost["score"] == pytest.approx(off["score"] - 0.25 * off["extra"])
-    assert [r["adv_tool"] for r in logged["cost"]] != [r["adv_tool"] for r in logged["off"]]
-    assert any(not torch.equal(v, finals["cost"][k]) for k, v in finals["off"].items())
+    assert json.load(open(tmp_path / "block" / "config.json"))["extra_block_cost"] == 0.25
+    assert [r["extra"] for r in logged["off"]] == [0.0, 1.0, 1.0, 0.0] * 2
+    assert [r["extra_blocks"] for r in logged["off"]] == [0.0, 0.0, 1.0, 0.0] * 2
+    for name, (c, b) in runs.items():
+        for off, on in zip(logged["off"], logged[name]):
+            assert on["turns"] == off["turns"] and on["process"] == off["process"] and on["r_sum"] == off["r_sum"]
+            assert on["r_tool"] == pytest.approx(off["r_tool"] - c * off["extra"] - b * off["extra_blocks"])
+            assert on["score"] == pytest.approx(off["score"] - c * off["extra"] - b * off["extra_blocks"])
+        if name != "off":
+            assert [r["adv_tool"] for r in logged[name]] != [r["adv_tool"] for r in logged["off"]]
+            assert any(not torch.equal(v, finals[name][k]) for k, v in finals["off"].items())
 
 
 @pytest.mark.slow
