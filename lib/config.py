@@ -235,6 +235,22 @@ def get_args(p, argv, check_episode):
     return a
 
 
+def check_extensions(p, a):
+    """The project's credit extensions (README Eqs. 14-16): each with the --algo it needs."""
+    if a.turn_credit < 0:
+        p.error("--turn-credit must be >= 0")
+    for flag, c in (("--extra-call-cost", a.extra_call_cost), ("--extra-block-cost", a.extra_block_cost)):
+        if c < 0:
+            p.error(f"{flag} must be >= 0")
+        if c and a.algo == "toolpo":
+            p.error(f"{flag} charges S_process, which --algo toolpo does not train on: use slca or grpo")
+    if a.turn_credit and a.algo != "slca":
+        p.error(f"--turn-credit is per-turn credit inside SLCA's tool segment: it needs --algo slca, not {a.algo}")
+    if a.decision_credit != "summary" and a.algo != "slca":
+        p.error(f"--decision-credit {a.decision_credit} moves a token between SLCA's segments: it needs --algo slca, "
+                f"not {a.algo}")
+
+
 def check_args(p, a, check_episode):
     """Fail early, naming the flag."""
     if a.model is not None and a.data is None:
@@ -270,18 +286,7 @@ def check_args(p, a, check_episode):
         p.error("--sampler compiled does not run under torchrun (it skips FSDP2's forward hooks): use --sampler cached")
     if a.sft_weight_decay < 0:
         p.error("--sft-weight-decay must be >= 0")
-    if a.turn_credit < 0:
-        p.error("--turn-credit must be >= 0")
-    for flag, c in (("--extra-call-cost", a.extra_call_cost), ("--extra-block-cost", a.extra_block_cost)):
-        if c < 0:
-            p.error(f"{flag} must be >= 0")
-        if c and a.algo == "toolpo":
-            p.error(f"{flag} charges S_process, which --algo toolpo does not train on: use slca or grpo")
-    if a.turn_credit and a.algo != "slca":
-        p.error(f"--turn-credit is per-turn credit inside SLCA's tool segment: it needs --algo slca, not {a.algo}")
-    if a.decision_credit != "summary" and a.algo != "slca":
-        p.error(f"--decision-credit {a.decision_credit} moves a token between SLCA's segments: it needs --algo slca, "
-                f"not {a.algo}")
+    check_extensions(p, a)
     check_episode(p, a, a.solved_prompt)  # --json-depth, and the frozen LLMs' prompt files read once
     if any(w < 0 for w in a.hierr_weights):
         p.error("--hierr-weights must be >= 0")

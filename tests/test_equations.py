@@ -27,7 +27,7 @@ from loss import normaliser, policy_loss
 from segment import segment_masks
 
 ROOT = Path(__file__).resolve().parent.parent
-PROBED = set(range(1, 16))  # the equations the tests below probe
+PROBED = set(range(1, 17))  # the equations the tests below probe
 NUM = r"(-?\d[\d.]*(?:e-?\d+)?)"
 
 
@@ -344,6 +344,20 @@ def k3(d, lo, hi, dlo, dhi):
 def one_token(logp, old, ref, A, **kw):
     t = lambda x: torch.tensor([[x]], dtype=torch.float32)  # noqa: E731
     return policy_loss(t(logp), t(old), t(ref), t(A), torch.ones(1, 1), 1, **kw)
+
+
+def test_eq16_extra_call_and_block_charge():
+    read(16, "S_process,i ← max(0, S_process,i - c·e_i - b·u_i) in Eqs. 4-5")
+    more = CALLS + ('<tool_call>{"name": "c", "arguments": {"z": 3}}</tool_call>'
+                    '<tool_call>[{"name": "c", "arguments": {"z": 3}}, {"name": "a", "arguments": {}}]</tool_call>')
+    e, u = 6 - 3, 4 - 2          # valid calls and blocks (the three "oops" blocks are not) against GOLD's calls, steps
+    final, responses = "the answer is 42 and more", ['{"v": 42}']
+    off = rewards.score(more, final, responses, task(), rewards.FactsJudge())
+    for c, b in ((0.05, 0.0), (0.0, 0.1), (0.05, 0.1), (1.0, 1.0)):
+        s = rewards.score(more, final, responses, task(), rewards.FactsJudge(), lam_tool=2.0, extra_cost=c, block_cost=b)
+        tool = max(0.0, off["process"] - c * e - b * u)
+        assert (s["process"], s["extra"], s["extra_blocks"]) == (off["process"], e, u)
+        assert s["r_tool"] == pytest.approx(tool) and s["score"] == pytest.approx(2.0 * tool + s["summary"])
 
 
 def test_eq9_ratio_clamp():
