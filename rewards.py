@@ -6,14 +6,14 @@ Each trajectory gets two scores, one per segment (see segment.py):
     S_sum     = (r - 1) / 4,  r in 1..5 from a judge of the final response         (Eq. 3)
     score     = λ_tool·S_process + λ_sum·S_sum,  or -0.5 on an omission           (Eq. 4)
     R_tool, R_sum = (0, score) if omission or score < 0 else (S_process, S_sum)   (Eq. 5)
-    S_process <- max(0, S_process - c·e_call - b·e_block) in Eqs. 4-5              (Eq. 16, c = b = 0: off)
+    S_process <- max(0, S_process - c·e - b·u) in Eqs. 4-5                         (Eq. 16, c = b = 0: off)
 
 The five parts are the released reward's (rl/slca_grpo/reward_fn.py) on every input it does not
 crash on (tests/test_release_parity.py against tests/release_reward.py); the process score pools
 the valid calls of all turns against the gold calls. `strict` (--strict-calls) is a project
 deviation; `extra_cost` and `block_cost` (--extra-call-cost, --extra-block-cost, Eq. 16) a project
-extension that charges each valid call beyond the gold's calls (e_call) and each valid block beyond the
-gold's steps (e_block) in the training reward only (the logged `process` and Success@0.9 stay
+extension that charges each valid call beyond the gold's calls (e) and each valid block beyond the
+gold's steps (u) in the training reward only (the logged `process` and Success@0.9 stay
 Eq. 2's). S_sum is 0 without a tool response or with a final response under 10 characters; which
 responses count is the summary gate (GATES: "real" ones only, or the release's <tool_response>
 blocks of the decoded trajectory, `release_responses` / `release_final`). ToolPO (§3.3) adds
@@ -240,7 +240,7 @@ def score(response_text, final_response, tool_responses, task, judge,
     s.update(summary=0.0, judge_failed=0.0, judged=0.0, unrated=0.0, r_action=0.0, r_succ=0.0,
              extra=float(max(0, len(pred) - len(gold_flat))), extra_blocks=float(max(0, blocks - len(gold))))
     charge = extra_cost * s["extra"] + block_cost * s["extra_blocks"]
-    tool = max(0.0, s["process"] - charge) if extra_cost or block_cost else s["process"]  # Eq. 16
+    tool = max(0.0, s["process"] - charge)  # Eq. 16; S_process >= 0, so c = b = 0 leaves it as it is
     if s["omission"]:  # the judge is not called
         s["score"] = OMISSION_SCORE
     elif not task.allowed_tools:  # the release scores such a row 0 throughout

@@ -92,6 +92,7 @@ ARMS = {"slca": ["--algo", "slca"], "grpo": ["--algo", "grpo"],          # --alg
 PAIRS = [("slca", "grpo"), ("slca-decision", "slca")]  # compared after RL per prompt, per seed and pooled
 # where one more call costs (docs/experiments/smol-decision.md)
 EARLY_STOP = ("single_step_single_tool", "single_step_parallel", "irrelevant")
+TYPE_KEYS = ("success", "tool_turns", "extra", "parallel")  # report's per-type changes (extra: README Eq. 16's e)
 WRONG_K = (0, 1)  # --world wrong: the control and the world whose reference facts are the wrong call's
 WRONG_COLUMNS = [("redundant", "wrong value"), ("summary", "S_sum"), ("name_f1", "NameF1"), ("format", "Format"),
                  ("success", "Success@0.9")]  # on the marked eval prompts (eval.metrics' "bonus" table)
@@ -200,19 +201,19 @@ def report(out, before, runs, walls):
                   for algo, d in res["pooled"].items()]
         lines += [f"| {name} after RL, {'seed ' + s if s != 'pooled' else 'pooled'} | " +
                   " | ".join(cell(d[k]) for k in keys) + " |" for name, pair in res["pairs"].items() for s, d in pair.items()]
+    per = {name: {k: deltas(after, before, k) if k == "success" or k in before[0] else None  # older evals: no "extra"
+                  for k in TYPE_KEYS} for name, after in runs.items()}
+    cell4 = lambda k, v: "-" if v is None else f"{v:+.3f}" if k == "success" else f"{v:+.2f}"  # noqa: E731
     lines += ["", "| prompt type (n): ΔSuccess@0.9 / Δtool turns / Δcalls beyond the gold / Δparallel part | " + " | ".join(runs) + " |",
               "|---|" + "---|" * len(runs)]
     for kind in PARALLEL_TYPES:
         ids = [i for i, b in enumerate(before) if b["parallel_type"] == kind]
         if ids:
             cells = []
-            for name, after in runs.items():
+            for name in runs:
                 d = res["runs"][name].setdefault("types", {})[kind] = {
-                    k: statistics.fmean(x[i] for i in ids) for k, x in
-                    (("success", deltas(after, before, "success")), ("tool_turns", deltas(after, before, "tool_turns")),
-                     ("extra", deltas(after, before, "extra") if "extra" in before[0] else [0.0] * len(before)),
-                     ("parallel", deltas(after, before, "parallel")))}
-                cells.append(f"{d['success']:+.3f} / {d['tool_turns']:+.2f} / {d['extra']:+.2f} / {d['parallel']:+.2f}")
+                    k: statistics.fmean(x[i] for i in ids) if x else None for k, x in per[name].items()}
+                cells.append(" / ".join(cell4(k, d[k]) for k in TYPE_KEYS))
             lines.append(f"| {kind} ({len(ids)}) | " + " | ".join(cells) + " |")
     early = sum(r["parallel_type"] in EARLY_STOP for r in before)
     lines += ["", f"n = {len(before)} held-out prompts ({early} single-step or irrelevant: the first tool-turn column), "

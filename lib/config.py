@@ -236,7 +236,7 @@ def get_args(p, argv, check_episode):
 
 
 def check_extensions(p, a):
-    """The project's credit extensions (README Eqs. 14-16): each with the --algo it needs."""
+    """The project's credit and reward extensions (README Eqs. 14-16): each with the --algo it needs."""
     if a.turn_credit < 0:
         p.error("--turn-credit must be >= 0")
     for flag, c in (("--extra-call-cost", a.extra_call_cost), ("--extra-block-cost", a.extra_block_cost)):
