@@ -17,7 +17,8 @@ simulator from the responses recorded in data/world, summaries rated by the refe
 2. before RL: eval.py toucan --model <out>/sft/sft, greedy, on the eval split     -> <out>/before.jsonl
 3. each algorithm and seed: train.py --model <out>/sft/sft --preset smol --sft-data '' --eval-data ''
    --algo A --seed s -> <out>/<A>-s<s>/, then eval.py toucan on its final/ -> <out>/<A>-s<s>.jsonl
-   (--jobs runs at a time, each on one thread; a finished stage is kept, so a stopped run continues)
+   (--jobs runs at a time, each on one thread; a finished stage is kept, and a run stopped with a
+   checkpoint, by SIGTERM or --save-every, continues from it: train.py --resume, <out>/<A>-s<s>.resume.log)
 4. <out>/table.md and table.json: per run, before and after RL on the same prompts (Success@0.9,
    Process, Name F1, S_sum, tool turns, Format) and the paired per-prompt difference after - before
    with its standard error (also of tool turns on the single-step and irrelevant prompts); per prompt
@@ -123,9 +124,12 @@ def call(cmd, log, threads):
 
 
 def train(out, argv, threads):
-    """train.py into `out` unless `out` holds a finished run (its final/)."""
+    """train.py into `out` unless `out` holds a finished run (its final/); a stopped one (SIGTERM
+    checkpoints it, or --save-every did) continues from its checkpoint with --resume, bit for bit."""
     if not os.path.isdir(os.path.join(out, "final")):
-        call(["train.py", *argv, "--out", out, "--overwrite", "--show", "1"], out + ".log", threads)
+        resume = os.path.isdir(os.path.join(out, "ckpt"))
+        call(["train.py", *argv, "--out", out, "--resume" if resume else "--overwrite", "--show", "1"],
+             out + (".resume.log" if resume else ".log"), threads)
 
 
 def evaluate(model, out, data, limit, threads):

@@ -69,6 +69,17 @@ def test_decision_arm_against_slca_per_prompt(tmp_path):
                for line in table)
 
 
+def test_a_stopped_run_resumes_and_a_finished_one_is_kept(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(smol, "call", lambda cmd, log, threads: calls.append((cmd, log)))
+    fresh, stopped, done = (str(tmp_path / n) for n in ("fresh", "stopped", "done"))
+    os.makedirs(os.path.join(stopped, "ckpt", "step-3")), os.makedirs(os.path.join(done, "final"))
+    for out in (fresh, stopped, done):
+        smol.train(out, ["--seed", "1"], 1)
+    assert calls == [(["train.py", "--seed", "1", "--out", fresh, "--overwrite", "--show", "1"], fresh + ".log"),
+                     (["train.py", "--seed", "1", "--out", stopped, "--resume", "--show", "1"], stopped + ".resume.log")]
+
+
 def test_sft_sample_is_enriched_in_marked_conversations(tmp_path):
     """--world wrong's SFT sample (smol.mix, W2): --sft-limit conversations, the --sft-marked share of
     them of a WRONG kind (told here from the text: one get_weather, get_forecast or convert_currency
