@@ -171,27 +171,48 @@ def row(rs):
     return {k: m[k] if k in m else statistics.fmean(r[k] for r in rs) for k, _ in COLUMNS}
 
 
+def starts(before, runs):
+    """{run name: its start's eval rows} from `before`: one start's rows for every run, or that dict
+    already (runs from different starts, each paired against its own: issue 48's amended runs)."""
+    own = before if isinstance(before, dict) else {name: before for name in runs}
+    assert set(own) == set(runs), "one start for each run"
+    return own
+
+
+def start_rows(own, width):
+    """table.md's start rows and table.json's "before": one row, or one per distinct start (named by its runs)."""
+    groups = {}
+    for name, rows in own.items():
+        groups.setdefault(id(rows), (rows, []))[1].append(name)
+    res = {"SFT start" if len(groups) == 1 else f"SFT start of {', '.join(names)}": row(rows)
+           for rows, names in groups.values()}
+    lines = [f"| {label} | " + " | ".join(f"{r[k]:.3f}" for k, _ in COLUMNS) + " |" + " |" * width for label, r in res.items()]
+    return (res["SFT start"] if len(res) == 1 else res), lines
+
+
 def report(out, before, runs, walls):
-    """table.md and table.json (module docstring, step 4); returns the markdown."""
+    """table.md and table.json (module docstring, step 4); returns the markdown. `before`: the start's
+    eval rows, or {run name: its own start's rows} (starts())."""
     keys = ("success", "process", "score", "early_turns", "late_turns")  # score: S_process + S_sum, the training reward
-    res = {"before": row(before), "runs": {}, "pooled": {}, "pairs": {}}
+    own = starts(before, runs)
+    first, rows0 = start_rows(own, len(keys) + 1)
+    res = {"before": first, "runs": {}, "pooled": {}, "pairs": {}}
     cell = lambda d: f"{d['mean']:+.3f} ± {d['se']:.3f} ({d['t']:+.2f})" if d else "-"  # noqa: E731
     head = " | ".join(f"Δ{n} ± SE (t)" for n in ("Success@0.9", "Process", "Score", "tool turns (single step, irrelevant)",
                                                   "tool turns (multi step)"))
     lines = ["| run | " + " | ".join(n for _, n in COLUMNS) + f" | {head} | wall |",
-             "|---|" + "---|" * (len(COLUMNS) + len(keys) + 1),
-             "| SFT start | " + " | ".join(f"{res['before'][k]:.3f}" for k, _ in COLUMNS) + " |" + " |" * (len(keys) + 1)]
+             "|---|" + "---|" * (len(COLUMNS) + len(keys) + 1)] + rows0
     for name, after in runs.items():
-        r = res["runs"][name] = {**row(after), **{f"d_{k}": paired(deltas(after, before, k)) for k in keys},
+        r = res["runs"][name] = {**row(after), **{f"d_{k}": paired(deltas(after, own[name], k)) for k in keys},
                                  "wall_s": walls.get(name)}
         wall = f"{r['wall_s'] / 60:.0f} min" if r["wall_s"] else ""
         lines.append(f"| {name} | " + " | ".join(f"{r[k]:.3f}" for k, _ in COLUMNS) + " | " +
                      " | ".join(cell(r[f"d_{k}"]) for k in keys) + f" | {wall} |")
     arm = lambda name: name.rsplit("-s", 1)[0]  # noqa: E731  "slca-decision-s0" -> "slca-decision"
     for algo in ARMS:
-        mine = [after for name, after in runs.items() if arm(name) == algo]
+        mine = [name for name in runs if arm(name) == algo]
         if len(mine) > 1:
-            res["pooled"][algo] = {k: pooled([deltas(after, before, k) for after in mine]) for k in keys}
+            res["pooled"][algo] = {k: pooled([deltas(runs[n], own[n], k) for n in mine]) for k in keys}
     for x, y in PAIRS:  # x - y after RL, per prompt, in each seed that ran both
         seeds = [n.rsplit("-s", 1)[1] for n in runs if arm(n) == x and f"{y}-s{n.rsplit('-s', 1)[1]}" in runs]
         pair = {s: {k: paired(deltas(runs[f"{x}-s{s}"], runs[f"{y}-s{s}"], k)) for k in keys} for s in seeds}
@@ -205,8 +226,9 @@ def report(out, before, runs, walls):
                   for algo, d in res["pooled"].items()]
         lines += [f"| {name} after RL, {'seed ' + s if s != 'pooled' else 'pooled'} | " +
                   " | ".join(cell(d[k]) for k in keys) + " |" for name, pair in res["pairs"].items() for s, d in pair.items()]
-    per = {name: {k: deltas(after, before, k) if k == "success" or k in before[0] else None  # older evals: no "extra"
+    per = {name: {k: deltas(after, own[name], k) if k == "success" or k in own[name][0] else None  # older evals: no "extra"
                   for k in TYPE_KEYS} for name, after in runs.items()}
+    before = next(iter(own.values()))  # the prompts and their types: the same in every start's eval (deltas asserts it)
     cell4 = lambda k, v: "-" if v is None else f"{v:+.3f}" if k == "success" else f"{v:+.2f}"  # noqa: E731
     lines += ["", "| prompt type (n): ΔSuccess@0.9 / Δtool turns / Δcalls beyond the gold / Δparallel part | " + " | ".join(runs) + " |",
               "|---|" + "---|" * len(runs)]

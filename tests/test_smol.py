@@ -69,6 +69,29 @@ def test_decision_arm_against_slca_per_prompt(tmp_path):
                for line in table)
 
 
+def test_each_run_paired_against_its_own_start(tmp_path):
+    """report() with {run: its start's rows} (issue 48's amendment: a start rebuilt on another CPU kind):
+    each run's differences, the pooled ones and the start rows use that run's own start, by hand."""
+    kinds = ["irrelevant", "single_step_parallel", "multi_step_all_serial", "single_step_single_tool"]
+    rows = lambda ps: [{"id": i, "process": p, "tool_turns": 1, "parallel_type": k, "score": p, "name": 1, "key": 1,  # noqa: E731
+                        "value": 1, "format": 1, "score_norm": p, "summary": 0.5} for i, (p, k) in enumerate(zip(ps, kinds))]
+    a, b = rows([0.5, 0.95, 0.2, 0.9]), rows([0.95, 0.95, 0.95, 0.5])  # Success@0.9 0, 1, 0, 1 / 1, 1, 1, 0
+    s1, s2 = rows([0.95, 0.95, 0.2, 0.9]), rows([0.95, 0.5, 0.95, 0.9])  # 1, 1, 0, 1 / 1, 0, 1, 1
+    res = lambda: json.load(open(tmp_path / "table.json"))  # noqa: E731
+    smol.report(str(tmp_path), {"slca-s1": a, "slca-s2": b}, {"slca-s1": s1, "slca-s2": s2}, {})
+    r = res()
+    assert r["runs"]["slca-s1"]["d_success"]["mean"] == 0.25 and r["runs"]["slca-s2"]["d_success"]["mean"] == 0  # [0, -1, 0, 1]
+    assert r["pooled"]["slca"]["success"]["mean"] == 0.125                # [0.5, -0.5, 0, 0.5]
+    assert r["pooled"]["slca"]["success"]["se"] == pytest.approx((0.6875 / 3) ** 0.5 / 2)
+    assert set(r["before"]) == {"SFT start of slca-s1", "SFT start of slca-s2"}
+    assert r["before"]["SFT start of slca-s2"]["success"] == 0.75
+    smol.report(str(tmp_path), a, {"slca-s1": s1, "slca-s2": s2}, {})   # one start for both: s2 is [1, -1, 1, 0] against a
+    assert res()["runs"]["slca-s2"]["d_success"]["mean"] == 0.25 and res()["before"]["success"] == 0.5
+    assert res()["pooled"]["slca"]["success"]["mean"] == 0.25
+    with pytest.raises(AssertionError):
+        smol.report(str(tmp_path), {"slca-s1": a}, {"slca-s1": s1, "slca-s2": s2}, {})  # a run without its start
+
+
 def test_a_stopped_run_resumes_and_a_finished_one_is_kept(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(smol, "call", lambda cmd, log, threads: calls.append((cmd, log)))
