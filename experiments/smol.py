@@ -191,8 +191,7 @@ def start_rows(own, width):
 
 
 def report(out, before, runs, walls):
-    """table.md and table.json (module docstring, step 4); returns the markdown. `before`: the start's
-    eval rows, or {run name: its own start's rows} (starts())."""
+    """table.md and table.json (module docstring, step 4); returns the markdown. `before`: as starts() takes."""
     keys = ("success", "process", "score", "early_turns", "late_turns")  # score: S_process + S_sum, the training reward
     own = starts(before, runs)
     first, rows0 = start_rows(own, len(keys) + 1)
