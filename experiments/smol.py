@@ -24,7 +24,8 @@ simulator from the responses recorded in data/world, summaries rated by the refe
    with its standard error (also of tool turns on the single-step and irrelevant prompts); per prompt
    type, each run's mean change of Success@0.9, tool turns, calls beyond the gold's (README Eq. 16's e)
    and Eq. 2's parallel part (the first block as large as the gold's first step); per seed and
-   pooled, SLCA - GRPO and slca-decision - SLCA after RL the same way (PAIRS). <out>/curves.png: the
+   pooled, each PAIRS difference after RL the same way; with the seed as the unit (issue 60), each
+   arm's change and each PAIRS difference of the runs' mean Success@0.9 (seeds_level). <out>/curves.png: the
    training rollouts' score, Process and S_sum against the RL step, per run, and below them the sampled
    tool turns per prompt type.
 
@@ -90,7 +91,7 @@ TOY = ["--sft-limit", "2", "--sft-batch", "1", "--sft-epochs", "2", "--sft-lr", 
        "--max-tokens", "128", "--max-turns", "2"]  # --size toy: about a minute (tests/test_smol.py)
 ARMS = {"slca": ["--algo", "slca"], "grpo": ["--algo", "grpo"],          # --algos: name -> train.py flags
         "slca-decision": ["--algo", "slca", "--decision-credit", "tool"]}  # README Eq. 15 (docs/experiments/smol-decision.md)
-PAIRS = [("slca", "grpo"), ("slca-decision", "slca")]  # compared after RL per prompt, per seed and pooled
+PAIRS = [("slca", "grpo"), ("slca-decision", "slca"), ("slca-decision", "grpo")]  # after RL: per prompt, per seed, pooled
 # where one more call costs (docs/experiments/smol-decision.md)
 EARLY_STOP = ("single_step_single_tool", "single_step_parallel", "irrelevant")
 TYPE_KEYS = ("success", "tool_turns", "extra", "parallel")  # report's per-type changes (extra: README Eq. 16's e)
@@ -219,6 +220,7 @@ def report(out, before, runs, walls):
             pair["pooled"] = {k: pooled([deltas(runs[f"{x}-s{s}"], runs[f"{y}-s{s}"], k) for s in seeds]) for k in keys}
         if pair:
             res["pairs"][f"{x} - {y}"] = pair
+    seeds_level(res, runs, own, lines)
     if res["pooled"] or res["pairs"]:
         lines += ["", f"| pooled over seeds (each prompt's Δ averaged) | {head} |", "|---|" + "---|" * len(keys)]
         lines += [f"| {algo}: after - before | " + " | ".join(cell(d[k]) for k in keys) + " |"
@@ -250,6 +252,28 @@ def report(out, before, runs, walls):
     with open(os.path.join(out, "table.json"), "w") as f:
         json.dump(res, f, indent=1)
     return md
+
+
+def seeds_level(res, runs, own, lines):
+    """The seed as the unit (issue 60's pre-registration): each run's mean held-out Success@0.9, then the
+    paired t over seeds (common.paired: one-sided 0.05 critical value at df = seeds - 1) of each arm
+    after RL against its start, and of each PAIRS difference; into res["seeds"] and table.md's lines."""
+    arm = lambda name: name.rsplit("-s", 1)[0]  # noqa: E731
+    mean = lambda rows: statistics.fmean(float(reached(r["process"], SUCCESS)) for r in rows)  # noqa: E731
+    by = {}  # arm -> {seed: run name}
+    for name in runs:
+        by.setdefault(arm(name), {})[name.rsplit("-s", 1)[1]] = name
+    tests = {f"{a}: after - before": common.paired([mean(runs[n]) for n in names.values()],
+                                                   [mean(own[n]) for n in names.values()])
+             for a, names in by.items()}
+    for x, y in PAIRS:
+        both = sorted(set(by.get(x, {})) & set(by.get(y, {})), key=int)
+        tests[f"{x} - {y} after RL"] = common.paired([mean(runs[by[x][s]]) for s in both],
+                                                     [mean(runs[by[y][s]]) for s in both])
+    res["seeds"] = {label: p for label, p in tests.items() if p}
+    if res["seeds"]:
+        lines += ["", "| the seed as the unit: ΔSuccess@0.9 | mean over seeds (per seed; SE, t, df, critical) |", "|---|---|"]
+        lines += [f"| {label} | {common.says(p)} |" for label, p in res["seeds"].items()]
 
 
 def turns(run):

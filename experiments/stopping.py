@@ -18,13 +18,26 @@ question, looked up in the run's RL data file (config.json's `data`). Last, per 
 share of rollouts that wrote two or more calls in one turn (one block, what Eq. 2's parallel part
 pays on a parallel step) over the first and the last third of the RL steps, and the mean S_process
 and Success@0.9 (S_process >= 0.9) of rollouts with such a block against those without.
+
+    python -m experiments.stopping --stop-token RUN [RUN ...]   # issue 60's measure, per run and per arm
+
+--stop-token: the advantage each run's training put on the stop token, the summary turn's first token
+(segment.decision_mask), as its arm routes it: GRPO's Â (README Eq. 6, recomputed from the logged
+scores of the group), SLCA's Â_sum (Eq. 8), and under Eq. 15 (`--decision-credit tool`) Â_tool for a
+rollout that called a tool (Â_sum for one that did not: it has no decision token). Inside each group,
+over every pair of rollouts that wrote a summary where one stopped at the gold's count of tool turns
+and the other called again: stopped minus called again, the group's pairs averaged, then mean ± SE
+over groups (t = mean / SE), per run and pooled over the runs of one arm.
 """
 import argparse
 import json
 import os
 import statistics
 
+import torch
+
 from eval import SUCCESS
+from advantage import grpo_advantages
 from experiments.common import mean_std, num, read, thirds
 from lib.data import load_tasks
 from rollout import Rollout
@@ -114,6 +127,43 @@ def blocks(rows):
     return out
 
 
+def arm(run):
+    """A run's arm from its config.json: "grpo", "slca", "slca-decision" (Eq. 15) or another --algo."""
+    with open(os.path.join(run, "config.json")) as f:
+        c = json.load(f)
+    return "slca-decision" if c["algo"] == "slca" and c.get("decision_credit") == "tool" else c["algo"]
+
+
+def stop_credit(rs, algo):
+    """The advantage `algo` put on each rollout's stop token, for one group's logged rollouts `rs` (module
+    docstring, --stop-token); None where a rollout wrote no summary (it has no stop token)."""
+    if algo == "grpo":
+        adv = grpo_advantages(torch.tensor([r["score"] for r in rs], dtype=torch.float32), torch.zeros(len(rs), dtype=torch.long),
+                              present=torch.tensor([r["score"] == r["score"] for r in rs])).tolist()  # Eq. 6; NaN absent
+    else:
+        adv = [r["adv_tool"] if algo == "slca-decision" and r["k"] else r["adv_sum"] for r in rs]
+    return [a if len(r["turns"]) > r["k"] else None for a, r in zip(adv, rs)]
+
+
+def stop_gap(rows):
+    """Per arm: the stop token's advantage, stopped at the gold's count minus called again, paired inside
+    groups; {arm: {run or "pooled": (mean, SE over groups, groups)}}."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["run"], r["step"], r["group"]), []).append(r)
+    per = {}
+    for (run, _, _), rs in groups.items():
+        algo = arm(run)
+        credit = stop_credit(rs, algo)
+        stop = [a for a, r in zip(credit, rs) if a is not None and r["k"] == r["need"]]
+        more = [a for a, r in zip(credit, rs) if a is not None and r["k"] > r["need"]]
+        if stop and more:
+            gap = statistics.fmean(s - m for s in stop for m in more)
+            per.setdefault(algo, {}).setdefault(run, []).append(gap)
+    return {algo: {run: (*mean_se(gaps), len(gaps)) for run, gaps in {**by, "pooled": sum(by.values(), [])}.items()}
+            for algo, by in per.items()}
+
+
 def signed(x):
     """One number to 3 places with its sign, "-" for None."""
     return "-" if x is None else f"{x:+.3f}"
@@ -122,8 +172,17 @@ def signed(x):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("runs", nargs="+", help="train.py output folders (each with rollouts.jsonl and config.json)")
+    p.add_argument("--stop-token", action="store_true", help="the stop token's advantage per arm (issue 60), alone")
     a = p.parse_args(argv)
     rows = rows_of(a.runs)
+    if a.stop_token:
+        print("the stop token's advantage, stopped at the gold's count minus called again, paired inside groups\n")
+        print("| arm | run | groups | mean ± SE | t |\n|---|---|---|---|---|")
+        for algo, by in stop_gap(rows).items():
+            for run, (mean, se, n) in by.items():
+                t = f"{mean / se:+.2f}" if se else "-"
+                print(f"| {algo} | {run} | {n} | {signed(mean)} ± {signed(se).lstrip('+')} | {t} |")
+        return
     print(f"{len(rows)} rollouts of {len(a.runs)} run(s)\n")
     print("| prompt type | k - need | rollouts | share | S_process | S_sum | score |\n|---|---|---|---|---|---|---|")
     for (kind, off), v in levels(rows).items():

@@ -56,6 +56,9 @@ def test_decision_arm_against_slca_per_prompt(tmp_path):
     assert res["pooled"]["slca"]["early_turns"]["mean"] == pytest.approx(2 / 3)  # "slca-decision" runs not counted as slca
     assert res["pooled"]["slca-decision"]["early_turns"]["mean"] == 0
     assert pair["pooled"]["early_turns"]["below"] and pair["pooled"]["late_turns"] is None  # one multi-step prompt
+    # the seed as the unit (issue 60): each run's mean Success@0.9 (0.75, 1.0 in both seeds), then common.paired
+    seeds = res["seeds"]["slca-decision - slca after RL"]
+    assert seeds["d"] == [0.25, 0.25] and seeds["se"] == 0 and seeds["df"] == 1 and seeds["shown"]
     # per prompt type (one prompt each here): irrelevant in slca-s0 gained Success@0.9, a turn and a call beyond
     # the gold's, not the parallel part (0.5 and 0.95 both above 0.4 here); single_step_parallel in slca-s1 lost
     # Success@0.9 (0.95 -> 0.5), not the block
@@ -67,6 +70,22 @@ def test_decision_arm_against_slca_per_prompt(tmp_path):
     assert len(table[0].split("|")) == len(table[1].split("|"))  # the header and its separator: one cell each
     assert any(line.startswith("| irrelevant (1) | +1.000 / +1.00 / +1.00 / +0.00 | +1.000 / +0.00 / +0.00 / +0.00 |")
                for line in table)
+
+
+def test_seed_level_tests_of_issue_48s_committed_runs(tmp_path):
+    """The seed as the unit on the committed counted runs (docs/experiments/smol/counted/), each against its own
+    start: the numbers smol.md's "What is noise" states (SLCA − GRPO −0.032, t −2.22, df 2)."""
+    d = os.path.join(ROOT, "docs", "experiments", "smol", "counted")
+    load = lambda p: sorted((r for r in read_jsonl(p) if "id" in r), key=lambda r: r["id"])  # noqa: E731
+    start = {1: load(os.path.join(ROOT, "docs", "experiments", "smol", "stop", "before.jsonl")),
+             2: load(os.path.join(d, "before-s23.jsonl"))}
+    names = {f"{a}-s{s}": s for s in (1, 2, 3) for a in ("slca", "grpo")}
+    smol.report(str(tmp_path), {n: start[min(s, 2)] for n, s in names.items()},
+                {n: load(os.path.join(d, f"{n}.jsonl")) for n in names}, {})
+    seeds = json.load(open(tmp_path / "table.json"))["seeds"]
+    gap = seeds["slca - grpo after RL"]
+    assert [round(x, 3) for x in gap["d"]] == [-0.06, -0.015, -0.02] and round(gap["t"], 2) == -2.22 and gap["df"] == 2
+    assert round(seeds["slca: after - before"]["t"], 2) == 0.28 and round(seeds["grpo: after - before"]["t"], 2) == 1.55
 
 
 def test_each_run_paired_against_its_own_start(tmp_path):
@@ -193,10 +212,18 @@ def test_smol_toy_run_learns_from_replayed_answers(tmp_path):
     out = tmp_path / "smol"
     rl, sft = weather(tmp_path)
     r = subprocess.run([sys.executable, "-m", "experiments.smol", "--out", str(out), "--size", "toy", "--seeds", "0",
-                        "--algos", "slca", "--jobs", "1", "--", "--data", rl, "--sft-data", sft, *PRECISION],
-                       cwd=ROOT, capture_output=True, text=True)
+                        "--algos", "slca", "slca-decision", "--jobs", "1", "--", "--data", rl, "--sft-data", sft,
+                        "--extra-block-cost", "0.25", *PRECISION], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run = out / "slca-s0"
+    # issue 60's arm: Eq. 15 from the same start under the same recipe, against slca per prompt
+    decision = json.load(open(out / "slca-decision-s0" / "config.json"))
+    assert decision["decision_credit"] == "tool" and decision["extra_block_cost"] == 0.25 and decision["algo"] == "slca"
+    assert decision["model"] == json.load(open(run / "config.json"))["model"] == str(out / "sft" / "sft")
+    assert json.load(open(out / "table.json"))["pairs"]["slca-decision - slca"]["0"]["success"]["n"] == 2
+    gap = subprocess.run([sys.executable, "-m", "experiments.stopping", "--stop-token", str(run), str(out / "slca-decision-s0")],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert gap.returncode == 0 and "| arm | run | groups |" in gap.stdout, gap.stderr[-2000:]
     config = json.load(open(run / "config.json"))
     assert config["preset"] == "smol" and config["sim_backend"] in (None, "replay") and not config["judge_url"]
     [step] = [m for m in read_jsonl(run / "metrics.jsonl") if m.get("step") == 0]

@@ -77,3 +77,29 @@ def test_blocks_by_hand():
     assert (n, ok) == (3, pytest.approx(2 / 3)) and proc == pytest.approx(0.9)
     assert b["single_step_parallel"]["split"] == (2, pytest.approx(0.45), 0.0)
     assert b["irrelevant"]["first"] is None and b["irrelevant"]["block"] == (0, None, None)
+
+
+def test_stop_token_advantage_per_arm_by_hand(tmp_path):
+    """--stop-token: the advantage each arm routes to the stop token, stopped at the gold's count minus called
+    again inside a group: GRPO's Â recomputed from the scores (Eq. 6), SLCA's Â_sum, Eq. 15's Â_tool; a rollout
+    without a summary has no stop token, and a group without both kinds gives no pair."""
+    tasks = [json.loads(line) for line in open(f"{ROOT}/data/world/rl.jsonl")]
+    single = next(t for t in tasks if t["extra_info"]["parallel_type"] == "single_step_single_tool")
+    runs = {}
+    for name, algo, credit in (("grpo", "grpo", "summary"), ("slca", "slca", "summary"), ("dec", "slca", "tool")):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "rl.jsonl").write_text(json.dumps(single) + "\n")
+        (run / "config.json").write_text(json.dumps({"data": str(run / "rl.jsonl"), "algo": algo, "decision_credit": credit}))
+        q = stopping.load_tasks(str(run / "rl.jsonl"))[0].question
+        rows = [rollout(0, 0, q, 1, 1.0, 0.0, 0.9, -0.3), rollout(0, 0, q, 2, 0.5, 1.0, -0.9, 0.3),   # stopped, again
+                rollout(0, 0, q, 2, 0.5, 0.0, -0.5, 0.0),                                             # again, no summary
+                rollout(1, 0, q, 1, 1.0, 0.0, 0.2, 0.2), rollout(1, 0, q, 1, 0.0, 0.0, -0.2, -0.2)]   # no one called again
+        rows[2]["turns"] = rows[2]["turns"][:-1]
+        (run / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        runs[name] = str(run)
+    gap = stopping.stop_gap(stopping.rows_of(list(runs.values())))
+    # GRPO, group 0: scores 1.0, 1.5, 0.5: Â = (x - 1) / 0.5 (unbiased std 0.5): 0, +1, -1; stopped 0 - again +1
+    assert gap["grpo"][runs["grpo"]][0] == pytest.approx(-1.0, abs=1e-5) and gap["grpo"]["pooled"][2] == 1
+    assert gap["slca"][runs["slca"]][:1] == (-0.6,) and gap["slca-decision"][runs["dec"]][0] == pytest.approx(1.8)
+    assert gap["slca"]["pooled"][1] is None  # one group: no SE
