@@ -13,7 +13,7 @@ that layout, `read` reads it back and refuses any other (one line naming the row
 - `compute_score`: the reward function (custom_reward_function.path/name): HierR (rewards.score, Eqs. 2-5) of
   the decoded trajectory, read as the release's reward read it (`--summary-gate release --reward-input
   decoded`), with README Eq. 16's charge from env SLCA_EXTRA_CALL_COST (c) and SLCA_EXTRA_BLOCK_COST (b), 0
-  when unset (train.py's --extra-call-cost, --extra-block-cost; refused in one line unless finite and >= 0);
+  when unset (train.py's --extra-call-cost, --extra-block-cost; refused in one line outside their range);
   returns {"score", "r_tool", "r_sum", ...}. R_sum is NaN when the judge gave no answer (its group's summary
   advantages are then 0, advantage.py's rule; train.py drops such a rollout instead).
 - `SLCAToolAgentLoop` ("slca_tool_agent"): verl's tool agent loop whose calls the project's SGLS answers
@@ -48,6 +48,7 @@ from rollout import stop_ids
 from segment import CLOSE, OPEN, drop_blocks, find_blocks, parse_block, segment_masks
 from simulator import Simulator
 from lib import llm
+from lib.config import outside
 from lib.data import task_of
 
 NAME, LOOP, PARSER = "slca", "slca_tool_agent", "slca_hermes"  # algorithm.adv_estimator, agent loop, multi_turn.format
@@ -162,16 +163,17 @@ def task_of_sample(ground_truth, extra_info=None, prompt=None, tools=None):
 
 def charges(env=os.environ):
     """Eq. 16's c and b as rewards.score's keywords, from env SLCA_EXTRA_CALL_COST and SLCA_EXTRA_BLOCK_COST (0
-    when unset). ValueError, one line naming the variable, unless each is a finite number >= 0."""
+    when unset). ValueError, one line naming the variable, outside the range of train.py's flag (lib/config.py)."""
     out = {}
-    for key, name in (("SLCA_EXTRA_CALL_COST", "extra_cost"), ("SLCA_EXTRA_BLOCK_COST", "block_cost")):
+    for key, flag, name in (("SLCA_EXTRA_CALL_COST", "extra_call_cost", "extra_cost"),
+                            ("SLCA_EXTRA_BLOCK_COST", "extra_block_cost", "block_cost")):
         text = env.get(key, "0")
         try:
             out[name] = float(text)
         except ValueError:
             out[name] = math.nan
-        if not math.isfinite(out[name]) or out[name] < 0:
-            raise ValueError(f"slca: {key} must be a finite number >= 0 (README Eq. 16), not {text!r}")
+        if why := outside(flag, out[name]):
+            raise ValueError(f"slca: {key} {why} (README Eq. 16, train.py --{flag.replace('_', '-')}), not {text!r}")
     return out
 
 

@@ -73,17 +73,24 @@ def num(text):
     return x
 
 
+def outside(dest, x):
+    """What flag `dest`'s RANGE asks ("must be > 0 and <= 1") when x lies outside it (nan does), else ""."""
+    bound = RANGE[dest]
+    low, high = (v.strip() for v in bound[1:-1].split(","))
+    shut = bound[0] == "[", bound[-1] == "]"  # closed at each end
+    if (float(low) <= x if shut[0] else float(low) < x) and (x <= float(high) if shut[1] else x < float(high)):
+        return ""
+    return f"must be {'>=' if shut[0] else '>'} {low} and {'<=' if shut[1] else '<'} {high}"
+
+
 def check_bounds(p, a):
     """Each value of a numeric flag in namespace `a` (each of a list's; None is unset) within its RANGE;
     else parser `p`'s error, one line naming the flag, its range and the value."""
-    for dest, bound in RANGE.items():
+    for dest in RANGE:
         value = getattr(a, dest, None)
-        low, high = (v.strip() for v in bound[1:-1].split(","))
-        lo, hi, shut = float(low), float(high), (bound[0] == "[", bound[-1] == "]")  # shut: closed at each end
         for x in value if isinstance(value, list) else [] if value is None else [value]:
-            if not ((lo <= x if shut[0] else lo < x) and (x <= hi if shut[1] else x < hi)):
-                p.error(f"--{dest.replace('_', '-')} must be {'>=' if shut[0] else '>'} {low} and "
-                        f"{'<=' if shut[1] else '<'} {high}, not {x}")
+            if why := outside(dest, x):
+                p.error(f"--{dest.replace('_', '-')} {why}, not {x}")
 
 
 def bounds_help(p):

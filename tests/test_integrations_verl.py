@@ -175,10 +175,10 @@ def test_reward_function_charges_eq16_from_the_environment_as_train_py_does(v, m
         assert {k: got[k] for k in keys} == {k: want[k] for k in keys}
         assert (got["extra"], got["extra_blocks"], got["process"]) == (1.0, 1.0, off["process"])
         assert got["r_tool"] == pytest.approx(off["r_tool"] - c - b) and got["r_sum"] == off["r_sum"]
-    for bad in ("-0.1", "nan", "inf", "a lot"):
+    for bad in ("-0.1", "100.5", "nan", "inf", "a lot"):
         monkeypatch.setenv("SLCA_EXTRA_BLOCK_COST", bad)
-        with pytest.raises(ValueError, match=rf"^slca: SLCA_EXTRA_BLOCK_COST must be a finite number >= 0 "
-                                             rf"\(README Eq. 16\), not '{bad}'$"):
+        with pytest.raises(ValueError, match=rf"^slca: SLCA_EXTRA_BLOCK_COST must be >= 0 and <= 100 \(README Eq. 16, "
+                                             rf"train.py --extra-block-cost\), not '{bad}'$"):
             v.slca.compute_score("slca_world", decoded, gt, extra)
 
 
