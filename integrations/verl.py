@@ -17,7 +17,8 @@ that layout, `read` reads it back and refuses any other (one line naming the row
   returns {"score", "r_tool", "r_sum", ...}. R_sum is NaN when the judge gave no answer (its group's summary
   advantages are then 0, advantage.py's rule; train.py drops such a rollout instead).
 - `SLCAToolAgentLoop` ("slca_tool_agent"): verl's tool agent loop whose calls the project's SGLS answers
-  (simulator.Simulator on SLCA_SIM_URL/_MODEL, else replay) and whose output puts the two rewards where
+  (simulator.Simulator on SLCA_SIM_URL/_MODEL, else replay; verl asks for each call alone, so check 4's turn
+  budget, lib/schema.py, is a call's there) and whose output puts the two rewards where
   `read` finds them; `SLCAHermesParser` ("slca_hermes") reads calls as simulator.py does (a JSON list of
   calls in one block is a parallel step; verl's hermes parser drops it).
 - `compute_slca_advantage`, registered as "slca": advantage.slca_advantages then advantage.route.
