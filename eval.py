@@ -29,6 +29,7 @@ from lib.sgls import PROMPT_FIELDS
 from lib.evalcli import (FMT, aggregate_command, bench_parser, fingerprint, llm_client, resume, run_config,
                          text_table, write_summary)
 from lib.files import append_jsonl
+from lib.config import bounds_help, check_bounds
 
 THRESHOLDS = (0.7, 0.8, 0.9, 1.0)  # the release's success@ / tool_success@ levels (rl/slca_grpo/reward_fn.py)
 SUCCESS = 0.9                      # docs/method.md §9: the headline Success@0.9
@@ -176,8 +177,6 @@ def add_episode_flags(g, schema_check=None):
 def check_episode_flags(p, a, solved_prompt=None):
     """Fail early, naming the flag; read the prompt templates once (a.sim_template, a.judge_template,
     a.solved_template), so a bad file fails before any work."""
-    if not 1 <= a.json_depth <= MAX_SAFE_DEPTH:
-        p.error(f"--json-depth must be in 1..{MAX_SAFE_DEPTH}")
     try:
         a.sim_template = llm.read_template("--sim-prompt", a.sim_prompt, PROMPT_FIELDS, PROMPT)
         a.judge_template = llm.read_template("--judge-prompt", a.judge_prompt, judges.JUDGE_FIELDS, judges.JUDGE_PROMPT)
@@ -222,12 +221,16 @@ def get_args(argv=None):
     m = sub.add_parser("aggregate", help="mean ± std of several runs' summaries", **FMT)
     m.add_argument("summaries", nargs="+", help="<out>.summary.json files (or their .jsonl result files)")
     m.add_argument("--out", default=None, help="write the table as JSON here")
+    for s in (t, g):
+        bounds_help(s)
     a = p.parse_args(argv)
     if a.bench == "toucan":  # again, with the run's settings as the defaults: flags given still win
         config = run_config(a.model, a.run_config)
         t.set_defaults(**{d: config[RUN_FLAGS.get(d, d)] for d in vars(a)
                           if d not in NOT_FROM_RUN and config.get(RUN_FLAGS.get(d, d)) not in (None, "")})
         a = p.parse_args(argv)
+    check_bounds(p, a)  # lib/config.py's BOUNDS, before anything loads
+    if a.bench == "toucan":
         check_episode_flags(p, a)
     if a.bench not in ("plot", "aggregate"):
         import torch

@@ -14,7 +14,9 @@ It never raises, whatever the text or the task, and takes linear time in the tex
    2. unknown tool      `Tool '<name>' not found in the current available tools set.`
    3. missing required  `Tool '<name>' missing required parameters: ['a', 'b']`
    4. schema violation  `Tool '<name>' arguments do not match its schema: <message> at '<$.path>'`
-                        (not in the released code: `schema_check="light"` stops at 3; bounded, lib/schema.py)
+                        (not in the released code: `schema_check="light"` stops at 3; bounded per call and
+                        per turn, lib/schema.py: a turn's calls share one budget, so its check-4 work is
+                        bounded whatever its number of calls; a call past it gets "could not be checked")
 3. Answer the calls that pass: "replay" gives the recorded answer of `task.responses` (else
    NO_RESULT); "llm" asks the frozen LLM (lib/llm.py) in the release's framing, PROMPT (lib/sgls.py), and takes the
    body of its last `<tool_response>`; no answer is check 5, `Error when executing tool: <reason>`,
@@ -32,7 +34,7 @@ import threading
 
 from segment import CLOSE, OPEN, Call, find_blocks, parse_block, strip_think
 
-from lib.schema import Schemas
+from lib.schema import Schemas, Turn
 from lib.sgls import PROMPT, append_cache, definition_text, json_text, load_cache, truncate, unwrap
 
 NO_CALL = "Invalid tool call format - no complete call in <tool_call>...</tool_call>"  # shown as "Error: " + NO_CALL
@@ -105,10 +107,10 @@ class Simulator:
         out, pending = [], []  # pending: (turn index, call index, tool definition, call)
         for t, (text, task) in enumerate(zip(texts, tasks)):
             calls = parse_calls(text, self.malformed, self.max_calls, self.parse)
-            tools = _definitions(task)
+            tools, turn = _definitions(task), Turn()
             obs = []
             for i, call in enumerate(calls):
-                error = self._check(call, tools)
+                error = self._check(call, tools, turn)
                 obs.append(error)
                 if error is not None:
                     call.error = call.error or error
@@ -124,8 +126,9 @@ class Simulator:
                     failed=sum(f for _, f in answers))
         return [(calls, [truncate(o, self.max_chars) for o in obs]) for calls, obs in out]
 
-    def _check(self, call, tools):
-        """Checks 1-4: the error observation, or None when the call may be answered."""
+    def _check(self, call, tools, turn):
+        """Checks 1-4 (check 4 spends `turn`, its turn's budget): the error observation, or None when the call may
+        be answered."""
         if call.error:
             return "Error: " + call.error
         if self.ablate:
@@ -141,7 +144,7 @@ class Simulator:
         if missing:
             return f"Tool '{call.name}' missing required parameters: {missing}"
         if self.schema_check == "full":
-            return self._schemas.error(call.name, schema, call.arguments)
+            return self._schemas.error(call.name, schema, call.arguments, turn)
         return None
 
     def _ask(self, jobs):

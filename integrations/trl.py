@@ -13,7 +13,8 @@
   (Eq. 8) over Eq. 1's segments of TRL's loss mask (completion_mask x tool_mask), groups of G consecutive
   rows as TRL samples them; `_compute_loss` takes the (B, T) tensor as it is. So a rollout with no summary
   segment, a group with |P_seg| < 2 and a non-finite reward (None, NaN) get advantage.py's documented 0.
-- Not here: Eq. 14 (--turn-credit) and Eq. 15 (--decision-credit) are train.py's only; TRL's loss has no
+- Not here, no setting for them: Eq. 14 (--turn-credit), Eq. 15 (--decision-credit) and Eq. 16 (--extra-call-cost,
+  --extra-block-cost), train.py's (Eq. 16 also verl's plug-in's); TRL's loss has no
   dual clip (Eq. 10's c) and no clamp of the log-ratio or of the KL term (Eqs. 9, 11).
 
 The page, with the comparison against train.py (integrations/compare.py): docs/integrations.md.

@@ -12,10 +12,13 @@ that layout, `read` reads it back and refuses any other (one line naming the row
 
 - `compute_score`: the reward function (custom_reward_function.path/name): HierR (rewards.score, Eqs. 2-5) of
   the decoded trajectory, read as the release's reward read it (`--summary-gate release --reward-input
-  decoded`); returns {"score", "r_tool", "r_sum", ...}. R_sum is NaN when the judge gave no answer (its
-  group's summary advantages are then 0, advantage.py's rule; train.py drops such a rollout instead).
+  decoded`), with README Eq. 16's charge from env SLCA_EXTRA_CALL_COST (c) and SLCA_EXTRA_BLOCK_COST (b), 0
+  when unset (train.py's --extra-call-cost, --extra-block-cost; refused in one line outside their range);
+  returns {"score", "r_tool", "r_sum", ...}. R_sum is NaN when the judge gave no answer (its group's summary
+  advantages are then 0, advantage.py's rule; train.py drops such a rollout instead).
 - `SLCAToolAgentLoop` ("slca_tool_agent"): verl's tool agent loop whose calls the project's SGLS answers
-  (simulator.Simulator on SLCA_SIM_URL/_MODEL, else replay) and whose output puts the two rewards where
+  (simulator.Simulator on SLCA_SIM_URL/_MODEL, else replay; verl asks for each call alone, so check 4's turn
+  budget, lib/schema.py, is a call's there) and whose output puts the two rewards where
   `read` finds them; `SLCAHermesParser` ("slca_hermes") reads calls as simulator.py does (a JSON list of
   calls in one block is a parallel step; verl's hermes parser drops it).
 - `compute_slca_advantage`, registered as "slca": advantage.slca_advantages then advantage.route.
@@ -29,6 +32,7 @@ repository on PYTHONPATH. Config and launch command: integrations/verl_slca.yaml
 """
 import asyncio
 import json
+import math
 import os
 
 import numpy as np
@@ -45,6 +49,7 @@ from rollout import stop_ids
 from segment import CLOSE, OPEN, drop_blocks, find_blocks, parse_block, segment_masks
 from simulator import Simulator
 from lib import llm
+from lib.config import outside
 from lib.data import task_of
 
 NAME, LOOP, PARSER = "slca", "slca_tool_agent", "slca_hermes"  # algorithm.adv_estimator, agent loop, multi_turn.format
@@ -157,18 +162,36 @@ def task_of_sample(ground_truth, extra_info=None, prompt=None, tools=None):
     return task_of(row if tools is None else {**row, "tools": tools})
 
 
+def charges(env=os.environ):
+    """Eq. 16's c and b as rewards.score's keywords, from env SLCA_EXTRA_CALL_COST and SLCA_EXTRA_BLOCK_COST (0
+    when unset). ValueError, one line naming the variable, outside the range of train.py's flag (lib/config.py)."""
+    out = {}
+    for key, flag, name in (("SLCA_EXTRA_CALL_COST", "extra_call_cost", "extra_cost"),
+                            ("SLCA_EXTRA_BLOCK_COST", "extra_block_cost", "block_cost")):
+        text = env.get(key, "0")
+        try:
+            out[name] = float(text)
+        except ValueError:
+            out[name] = math.nan
+        if why := outside(flag, out[name]):
+            raise ValueError(f"slca: {key} {why} (README Eq. 16, train.py --{flag.replace('_', '-')}), not {text!r}")
+    return out
+
+
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, judge_url=None, judge_model=None,
                   lam_tool=rewards.LAM, lam_sum=rewards.LAM, **kwargs):
     """verl's reward function: HierR of one decoded trajectory (solution_str, tool responses included), as
-    rewards.score_rollouts does with gate "release" and reward_input "decoded". Returns verl's dict: "score"
-    (Eq. 4), "r_tool", "r_sum" (Eq. 5; r_sum NaN without a judge answer) and the parts, all floats."""
+    rewards.score_rollouts does with gate "release" and reward_input "decoded", Eq. 16's charge from `charges`.
+    Returns verl's dict: "score" (Eq. 4), "r_tool", "r_sum" (Eq. 5; r_sum NaN without a judge answer), the
+    parts and Eq. 16's counts ("extra" calls, "extra_blocks"), all floats."""
     task = task_of_sample(ground_truth, {k: v for k, v in (extra_info or {}).items()
                                          if k in ("parallel_type", "tool_responses", "bonus_call", "bonus_args")})
     s = rewards.score(solution_str, rewards.release_final(solution_str), rewards.release_responses(solution_str),
-                      task, judge(judge_url, judge_model), lam_tool=lam_tool, lam_sum=lam_sum)
+                      task, judge(judge_url, judge_model), lam_tool=lam_tool, lam_sum=lam_sum, **charges())
     r_sum = float("nan") if s["judge_failed"] else s["r_sum"]
     return {"score": s["score"], "r_tool": s["r_tool"], "r_sum": r_sum,
-            **{k: float(s[k]) for k in (*rewards.WEIGHTS, "process", "summary", "omission", "judge_failed")}}
+            **{k: float(s[k]) for k in (*rewards.WEIGHTS, "process", "summary", "omission", "judge_failed",
+                                                    "extra", "extra_blocks")}}
 
 
 def simulator():

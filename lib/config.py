@@ -1,6 +1,9 @@
 """The run's settings: train.py's flag table and its checks, a preset file (configs/*.toml) under
 the command line's flags, and their compact view printed at start (the whole goes to <out>/config.json).
 
+BOUNDS is every numeric flag's range, train.py's and eval.py's: `check_bounds` refuses a value outside it (nan
+and inf included) in one line naming the flag, before anything loads, and `bounds_help` shows it in --help.
+
 A preset is a plain TOML file of flag values, read as if its flags came first on the command line,
 so a flag given always wins: configs/demo.toml without --model, configs/paper.toml with one, or
 --preset NAME (a file in configs/) or PATH. Two rules follow the flags given: --epochs without
@@ -21,6 +24,7 @@ from lib import lora, tiny
 from lib.data import TURNS, DataError, release_files
 from lib.loop import BLIND_STEPS, UNSCORED
 from lib.precision import auto_dtype
+from lib.text import MAX_SAFE_DEPTH
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 WHY = {"demo": "no --model; --preset paper for the paper's recipe",           # the default's reason, by --model
@@ -40,6 +44,25 @@ HIDDEN = {  # on --help-all, not on --help: set by a preset, restoring the relea
     "run": "keep max_bad_updates",
     "diagnostics": "show",
 }
+BOUNDS = {  # range: the flags (dests) it bounds; all a careful user may ask for, nothing that overflows
+    "(0, 1]": "lr sft_lr clip_eps",                  # Adam moves a weight by about lr a step
+    "[0, 1]": "sft_warmup weight_decay sft_weight_decay judge_noise max_fail_rate max_unscored",  # shares, decays
+    "[0, 1)": "lora_dropout",
+    "(1, 100]": "clip_c",                            # the dual clip needs c > 1 (verl asserts it too)
+    "[0, 100]": "lam_tool lam_sum hierr_weights turn_credit extra_call_cost extra_block_cost kl_beta temperature "
+                "sim_retries judge_retries",          # retries: past ~1,000 the backoff overflows a float
+    "(0, 1e6]": "lora_alpha grad_clip sim_timeout sim_deadline judge_timeout judge_deadline",  # timeouts: 11 days
+    "[0, 1e6]": "step_deadline",                     # 0 = no shared bound
+    "[1, 4096]": "tiny_size",
+    "[0, 4096]": "lora_r",
+    "[1, 1e7]": "group_size prompts_per_step mini_batch micro_batch gen_batch batch_size sft_batch ppo_epochs epochs "
+                "keep max_bad_updates max_turns smooth max_tokens max_prompt_tokens sft_max_len sft_tokens "
+                "sim_max_tokens judge_max_tokens",
+    "[0, 1e7]": "steps save_every eval_every eval_limit limit sft_limit sft_epochs show max_tool_rounds",
+    "[0, 4294967295]": "seed",                       # what every seeded generator takes
+    f"[1, {MAX_SAFE_DEPTH}]": "json_depth",          # lib/text.py's
+}
+RANGE = {dest: bound for bound, dests in BOUNDS.items() for dest in dests.split()}
 
 
 def num(text):
@@ -48,6 +71,33 @@ def num(text):
     if not math.isfinite(x):
         raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
     return x
+
+
+def outside(dest, x):
+    """What flag `dest`'s RANGE asks ("must be > 0 and <= 1") when x lies outside it (nan does), else ""."""
+    bound = RANGE[dest]
+    low, high = (v.strip() for v in bound[1:-1].split(","))
+    shut = bound[0] == "[", bound[-1] == "]"  # closed at each end
+    if (float(low) <= x if shut[0] else float(low) < x) and (x <= float(high) if shut[1] else x < float(high)):
+        return ""
+    return f"must be {'>=' if shut[0] else '>'} {low} and {'<=' if shut[1] else '<'} {high}"
+
+
+def check_bounds(p, a):
+    """Each value of a numeric flag in namespace `a` (each of a list's; None is unset) within its RANGE;
+    else parser `p`'s error, one line naming the flag, its range and the value."""
+    for dest in RANGE:
+        value = getattr(a, dest, None)
+        for x in value if isinstance(value, list) else [] if value is None else [value]:
+            if why := outside(dest, x):
+                p.error(f"--{dest.replace('_', '-')} {why}, not {x}")
+
+
+def bounds_help(p):
+    """Append each bounded flag's RANGE to its help."""
+    for act in p._actions:
+        if act.dest in RANGE:
+            act.help = (act.help + "; " if act.help else "") + f"in {RANGE[act.dest]}"
 
 
 def parser(method, episode_flags):
@@ -205,6 +255,7 @@ def parser(method, episode_flags):
     g.add_argument("--grad-cosine", action="store_true",
                    help="log the cosine between tool- and summary-segment gradients (2 extra backward passes)")
     preset_help(p)
+    bounds_help(p)
     hidden = {dest for dests in HIDDEN.values() for dest in dests.split()}
     for act in p._actions:
         if act.dest in hidden:
@@ -237,11 +288,7 @@ def get_args(p, argv, check_episode):
 
 def check_extensions(p, a):
     """The project's credit and reward extensions (README Eqs. 14-16): each with the --algo it needs."""
-    if a.turn_credit < 0:
-        p.error("--turn-credit must be >= 0")
     for flag, c in (("--extra-call-cost", a.extra_call_cost), ("--extra-block-cost", a.extra_block_cost)):
-        if c < 0:
-            p.error(f"{flag} must be >= 0")
         if c and a.algo == "toolpo":
             p.error(f"{flag} charges S_process, which --algo toolpo does not train on: use slca or grpo")
     if a.turn_credit and a.algo != "slca":
@@ -253,6 +300,7 @@ def check_extensions(p, a):
 
 def check_args(p, a, check_episode):
     """Fail early, naming the flag."""
+    check_bounds(p, a)
     if a.model is not None and a.data is None:
         if a.sft_data is not None or a.eval_data is not None:
             p.error("--data is required when --sft-data or --eval-data is given")
@@ -265,43 +313,22 @@ def check_args(p, a, check_episode):
         path = getattr(a, flag)
         if path and not os.path.exists(path):
             p.error(f"--{flag.replace('_', '-')}: no such file: {path}")
-    for flag in ("group_size", "prompts_per_step", "mini_batch", "micro_batch", "max_tokens", "max_turns",
-                 "max_prompt_tokens", "keep", "max_bad_updates", "ppo_epochs", "epochs"):
-        if getattr(a, flag) < 1:
-            p.error(f"--{flag.replace('_', '-')} must be >= 1")
-    if a.step_deadline < 0:
-        p.error("--step-deadline must be >= 0")
-    if not 0 <= a.max_unscored <= 1:
-        p.error("--max-unscored must be in [0, 1]")
-    if a.sft_tokens is not None and a.sft_tokens < 1:
-        p.error("--sft-tokens must be >= 1")
-    for flag in ("max_tool_rounds", "save_every", "sft_limit", "steps", "eval_limit"):
-        if getattr(a, flag) is not None and getattr(a, flag) < 0:
-            p.error(f"--{flag.replace('_', '-')} must be >= 0")
     if a.prompts_per_step % a.mini_batch:
         p.error("--prompts-per-step must be a multiple of --mini-batch")
     if a.mini_batch % int(os.environ.get("WORLD_SIZE", "1")):
         p.error("--mini-batch must be a multiple of the number of processes (each takes an equal share)")
     if a.sampler == "compiled" and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # its step reads weights, skips hooks
         p.error("--sampler compiled does not run under torchrun (it skips FSDP2's forward hooks): use --sampler cached")
-    if a.sft_weight_decay < 0:
-        p.error("--sft-weight-decay must be >= 0")
     check_extensions(p, a)
     check_episode(p, a, a.solved_prompt)  # --json-depth, and the frozen LLMs' prompt files read once
-    if any(w < 0 for w in a.hierr_weights):
-        p.error("--hierr-weights must be >= 0")
     if a.resume and a.overwrite:
         p.error("--resume and --overwrite exclude each other")
-    if a.lora_r < 0:
-        p.error("--lora-r must be >= 0")
     if a.lora_r and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         p.error("--lora-r runs in one process: torchrun (FSDP2) with LoRA is not supported")
     if (a.merge_lora or a.lora_alpha is not None) and not a.lora_r:
         p.error(f"--{'merge-lora' if a.merge_lora else 'lora-alpha'} needs --lora-r")
     if a.lora_r and a.sampler == "compiled":
         p.error("--sampler compiled runs a plain Qwen2's weights, not LoRA's: with --lora-r use cached or generate")
-    if not 0 <= a.lora_dropout < 1:
-        p.error("--lora-dropout must be in [0, 1)")
     a.lora_alpha = 2.0 * a.lora_r if a.lora_alpha is None else a.lora_alpha
     if a.report_to != "none" and importlib.util.find_spec(a.report_to) is None:  # the package is the module
         p.error(f"--report-to {a.report_to}: {a.report_to} is not installed (pip install {a.report_to})")

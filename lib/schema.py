@@ -1,24 +1,30 @@
 """Check 4 of SGLS, bounded: a tool call's arguments against the tool's JSON schema (docs/method.md §5).
 
-`Schemas().error(name, schema, arguments)` is the check-4 observation, or None when the call
-passes or cannot be checked for a reason of the schema's (then it is checked light). Tool
+`Schemas().error(name, schema, arguments, turn)` is the check-4 observation, or None when the
+call passes or cannot be checked for a reason of the schema's (then it is checked light). Tool
 schemas are untrusted data, and so are the arguments checked against them, so the check is
 bounded. Each schema is checked against its metaschema the first time it is met (within
 META_STEPS keyword evaluations and META_SECONDS); `$ref`s resolve inside the schema or to a
 metaschema jsonschema ships (a `referencing` registry that refuses to retrieve: no http
-fetch, no file read). A call's check may take MAX_STEPS keyword evaluations (deterministic)
-and SCHEMA_SECONDS (a backstop); over either, or with more than MAX_VALUES values or an
-integer of more than MAX_DIGITS digits, the call gets the "could not be checked" error.
-Every keyword is metered, and the draft is pinned to the root's (at a nested "$schema"
+fetch, no file read). The calls of one turn share a budget, a `Turn` (a new one per turn): a
+call's check may take MAX_STEPS keyword evaluations (deterministic), all the turn's checks
+together TURN_STEPS, and SCHEMA_SECONDS of wall time from the turn's start (a backstop). A
+call over its own steps gets "could not be checked ...: the check ran over its budget"; a call
+over the turn's steps or past the backstop, and every later call of the turn, "...: the turn's
+checks ran over their budget"; a call with more than MAX_VALUES values or an integer of more
+than MAX_DIGITS digits, that reason. A turn's check-4 work is thus at most TURN_STEPS keyword
+evaluations (~20 µs each here) and SCHEMA_SECONDS, however many calls it makes, plus the
+metaschema check of each schema it is the first to call (once per schema in a simulator's
+life). Every keyword is metered, and the draft is pinned to the root's (at a nested "$schema"
 jsonschema would switch to its own, unmetered validator). `pattern`, `patternProperties` and
-`additionalProperties` match with the `regex` module within PATTERN_SECONDS per call (a
-match still running then counts as a pass: no catastrophic backtracking); `uniqueItems` is
-linear (jsonschema's compares every pair of items that do not sort). A schema that is
-invalid, fails or runs out of budget in its metaschema check, or has unevaluatedProperties
-with patternProperties (jsonschema matches those with `re`, unbounded) warns once and is
-checked light from then on. A call jsonschema raises on (an unresolvable `$ref`, a `$ref`
-loop, ...) is checked light, that call only (warned once per schema): no failure turns
-check 4 off for later calls. Tests: tests/test_simulator.py.
+`additionalProperties` match with the `regex` module within PATTERN_SECONDS of matching for
+the whole turn (a match still running then counts as a pass: no catastrophic backtracking);
+`uniqueItems` is linear (jsonschema's compares every pair of items that do not sort). A
+schema that is invalid, fails or runs out of budget in its metaschema check, or has
+unevaluatedProperties with patternProperties (jsonschema matches those with `re`, unbounded)
+warns once and is checked light from then on. A call jsonschema raises on (an unresolvable
+`$ref`, a `$ref` loop, ...) is checked light, that call only (warned once per schema): no
+failure turns check 4 off for later calls. Tests: tests/test_simulator.py.
 """
 import functools
 import json
@@ -32,9 +38,10 @@ import referencing
 import referencing.exceptions
 import regex  # a dependency of transformers; unlike re, its search takes a timeout
 
-PATTERN_SECONDS = 0.2  # ours: time for all schema `pattern` matches of one call (catastrophic backtracking)
+PATTERN_SECONDS = 0.2  # ours: time for all schema pattern matches of one turn's calls (catastrophic backtracking)
 MAX_STEPS = 10_000     # ours: keyword evaluations in a call's schema check (shipped tools: < 100; 60 props: 1,500)
-SCHEMA_SECONDS = 2.0   # ours: wall-time backstop of a call's check; the step budget (deterministic) ends it first
+TURN_STEPS = 40_000    # ours: the same for all of a turn's calls together (20 calls of 60 props: 30,000)
+SCHEMA_SECONDS = 2.0   # ours: wall-time backstop of a turn's checks; the step budgets (deterministic) end them first
 META_STEPS = 100_000   # ours: the same for a tool schema's metaschema check, once per schema (22 KB schema: 16,000)
 META_SECONDS = 10.0    # ours: its wall-time backstop
 MAX_VALUES = 5_000     # ours: JSON values in a call's arguments that check 4 validates (flat array: 1.5 steps each)
@@ -47,17 +54,26 @@ def _refuse(uri):
 
 
 NO_REMOTE = referencing.Registry(retrieve=_refuse)  # $refs resolve inside the schema only
-_budget = threading.local()  # the running schema check's .steps left, .stop (backstop) and .end (patterns)
+_budget = threading.local()  # the running schema check's .steps left, .stop (backstop) and .regex (seconds left)
+SPENT = "the turn's checks ran over their budget"
 
 
 class OverBudget(Exception):
     """A schema check ran out of steps or time (raised from inside jsonschema; check 4 catches it)."""
 
 
-def _arm(steps, seconds):
-    """Give this thread's next schema check its budget: `steps` keyword evaluations, `seconds` of wall time."""
-    now = time.monotonic()
-    _budget.steps, _budget.stop, _budget.end = steps, now + seconds, now + PATTERN_SECONDS
+class Turn:
+    """What is left of one turn's check-4 budget: .steps (TURN_STEPS at its start), .regex (PATTERN_SECONDS of
+    pattern matching) and .stop (the backstop, SCHEMA_SECONDS from its start)."""
+
+    def __init__(self):
+        self.steps, self.regex, self.stop = TURN_STEPS, PATTERN_SECONDS, time.monotonic() + SCHEMA_SECONDS
+
+
+def _arm(steps, stop, regex):
+    """Give this thread's next schema check its budget: `steps` keyword evaluations, until time `stop`, `regex`
+    seconds of pattern matching."""
+    _budget.steps, _budget.stop, _budget.regex = steps, stop, regex
 
 
 def _metered(keyword):
@@ -71,12 +87,14 @@ def _metered(keyword):
 
 
 def _search(pattern, text):
-    """regex.search within the call's time budget: True or False, None when out of time."""
-    left = getattr(_budget, "end", 0) - time.monotonic()
+    """regex.search within the running check's pattern time, which it spends: True or False, None when out of it."""
+    left, start = getattr(_budget, "regex", 0), time.monotonic()
     try:
         return regex.search(pattern, text, timeout=left) is not None if left > 0 else None
     except TimeoutError:
         return None
+    finally:
+        _budget.regex = left - (time.monotonic() - start)
 
 
 def _pattern(validator, pattern, instance, schema):
@@ -177,7 +195,7 @@ def _validator(schema, text):
         raise ValueError("unevaluatedProperties with patternProperties, whose matches have no time limit")
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     meta = jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls)
-    _arm(META_STEPS, META_SECONDS)
+    _arm(META_STEPS, time.monotonic() + META_SECONDS, PATTERN_SECONDS)
     error = next(_bounded(meta)(cls.META_SCHEMA, format_checker=meta.FORMAT_CHECKER).iter_errors(schema), None)
     if error is not None:
         raise jsonschema.exceptions.SchemaError.create_from(error)
@@ -209,9 +227,10 @@ class Schemas:
         self._warned = set()  # schema JSONs warned about
         self._lock = threading.Lock()
 
-    def error(self, name, schema, arguments):
-        """Check 4 of tool `name`'s call: the jsonschema violation (or why the call could not be checked) as a
-        message, or None: also for an invalid schema, and for a call jsonschema itself fails on (that call only)."""
+    def error(self, name, schema, arguments, turn):
+        """Check 4 of tool `name`'s call, spending `turn` (a Turn): the jsonschema violation (or why the call could
+        not be checked) as a message, or None: also for an invalid schema, and for a call jsonschema itself fails
+        on (that call only)."""
         try:
             key = json.dumps(schema, sort_keys=True)
         except (TypeError, ValueError, RecursionError) as e:
@@ -228,15 +247,21 @@ class Schemas:
         oversize = _oversize(arguments)
         if oversize:
             return unchecked + oversize
-        _arm(MAX_STEPS, SCHEMA_SECONDS)
+        if turn.steps <= 0 or time.monotonic() > turn.stop:
+            return unchecked + SPENT
+        steps = min(MAX_STEPS, turn.steps)
+        _arm(steps, turn.stop, turn.regex)
         try:
             error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
-        except OverBudget as e:
-            return unchecked + str(e)
+        except OverBudget as e:  # its own steps, else the turn's
+            return unchecked + (str(e) if steps == MAX_STEPS and _budget.steps < 0 else SPENT)
         except Exception as e:  # an unresolvable $ref, a $ref loop, ...: this call goes unchecked, later ones not
             self._warn(key, f"tool '{name}' has an invalid JSON schema or arguments jsonschema cannot check; "
                             f"such calls are checked light only", e)
             return None
+        finally:  # what this call spent, the turn has no more
+            turn.steps -= steps - max(_budget.steps, 0)
+            turn.regex = _budget.regex
         if error is None:
             return None
         return f"Tool '{name}' arguments do not match its schema: {error.message} at '{error.json_path}'"

@@ -155,6 +155,33 @@ def test_reward_function_is_hierr_with_the_omission_rule_and_a_failed_judge(v, m
         v.slca.compute_score("slca_world", good, {**gt, "gold_tool_calls": "not json ["}, extra)
 
 
+def test_reward_function_charges_eq16_from_the_environment_as_train_py_does(v, monkeypatch):
+    """The same rollout scored by verl's reward function under SLCA_EXTRA_CALL_COST / SLCA_EXTRA_BLOCK_COST and by
+    train.py's (rewards.score_rollouts with --summary-gate release --reward-input decoded --extra-call-cost c
+    --extra-block-cost b): equal; the second block repeats the call (one call and one block beyond the gold)."""
+    from rollout import Rollout
+    gt, extra = ground_truth()
+    tok, task = tokenizer(), v.slca.task_of_sample(gt, extra)
+    r = Rollout(task, 0, [], tok.encode(CALL + "\n" + RESPONSE + "\n" + CALL + "\n" + RESPONSE + "\nf of 1 is 42."))
+    decoded = tok.decode(r.ids, skip_special_tokens=True)
+    keys = ("score", "r_tool", "r_sum", "process", "extra", "extra_blocks")
+    off = v.slca.compute_score("slca_world", decoded, gt, extra)
+    for c, b in ((0.0, 0.0), (0.25, 0.0), (0.0, 0.5), (0.125, 0.25)):
+        monkeypatch.setenv("SLCA_EXTRA_CALL_COST", str(c))
+        monkeypatch.setenv("SLCA_EXTRA_BLOCK_COST", str(b))
+        got = v.slca.compute_score("slca_world", decoded, gt, extra)
+        [want] = rewards.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tok, reward_input="decoded",
+                                        extra_cost=c, block_cost=b)
+        assert {k: got[k] for k in keys} == {k: want[k] for k in keys}
+        assert (got["extra"], got["extra_blocks"], got["process"]) == (1.0, 1.0, off["process"])
+        assert got["r_tool"] == pytest.approx(off["r_tool"] - c - b) and got["r_sum"] == off["r_sum"]
+    for bad in ("-0.1", "100.5", "nan", "inf", "a lot"):
+        monkeypatch.setenv("SLCA_EXTRA_BLOCK_COST", bad)
+        with pytest.raises(ValueError, match=rf"^slca: SLCA_EXTRA_BLOCK_COST must be >= 0 and <= 100 \(README Eq. 16, "
+                                             rf"train.py --extra-block-cost\), not '{bad}'$"):
+            v.slca.compute_score("slca_world", decoded, gt, extra)
+
+
 def test_agent_loop_output_carries_both_rewards_into_rm_scores(v):
     mask = [0, 1, 1, 0, 0, 1, 1, 0]
     out = v.slca.SLCAOutput(prompt_ids=[1, 2], response_ids=list(range(8)), response_mask=mask, reward_score=1.25,

@@ -150,7 +150,7 @@ def test_the_adapter_finds_its_base_from_any_working_directory(tmp_path, monkeyp
     (["--lora-r", "-1"], "--lora-r must be >= 0"),
     (["--merge-lora"], "--merge-lora needs --lora-r"),
     (["--lora-alpha", "8"], "--lora-alpha needs --lora-r"),
-    (["--lora-r", "4", "--lora-dropout", "1"], "--lora-dropout must be in [0, 1)"),
+    (["--lora-r", "4", "--lora-dropout", "1"], "--lora-dropout must be >= 0 and < 1, not 1.0"),
     (["--lora-r", "4", "--sampler", "compiled"], "--sampler compiled runs a plain Qwen2's weights"),
 ])
 def test_bad_lora_flags_name_the_flag(argv, said, capsys):

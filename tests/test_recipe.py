@@ -123,7 +123,7 @@ def test_a_bad_preset_file_names_the_setting(tmp_path, capsys, line, message):
 @pytest.mark.parametrize("argv,message", [(["--epochs", "0"], "--epochs must be >= 1"),
                                           (["--sft-weight-decay", "-1"], "--sft-weight-decay must be >= 0"),
                                           (["--summary-gate", "any"], "--summary-gate: invalid choice: 'any'"),
-                                          (["--json-depth", "0"], "--json-depth must be in 1..256"),
+                                          (["--json-depth", "0"], "--json-depth must be >= 1 and <= 256, not 0"),
                                           (["--sim-parse", "any"], "--sim-parse: invalid choice: 'any'")])
 def test_bad_recipe_flags_name_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit) as e:

@@ -17,7 +17,7 @@ import lib.schema
 import simulator
 from segment import Call
 from simulator import FAILED, NO_CALL, NO_RESULT, Simulator, parse_calls, truncate, unwrap
-from helpers import linear
+from helpers import cpu, linear
 
 torch.set_num_threads(1)
 
@@ -389,6 +389,53 @@ def test_exponential_any_of_runs_over_the_step_budget(monkeypatch):
     monkeypatch.setattr(lib.schema, "MAX_STEPS", 4 * 2 ** 4)
     assert check(nested_any_of(3), {"x": 5}).startswith("Tool 'f' arguments do not match its schema: 5 is not valid")
     assert check(nested_any_of(5), {"x": 5}) == OVER
+
+
+SPENT = UNCHECKED + "the turn's checks ran over their budget"
+CATASTROPHIC = {"type": "object", "properties": {"y": {"type": "string", "pattern": "^(a|aa)+$"}}}
+
+
+def two_tools(f, g):
+    """A task whose tools "f" and "g" have the schemas `f` and `g`."""
+    return types.SimpleNamespace(tools=[{"type": "function", "function": {"name": n, "parameters": p}}
+                                        for n, p in (("f", f), ("g", g))], allowed_tools=None, responses=[])
+
+
+def test_a_turns_calls_share_one_budget_and_calls_past_it_cannot_be_checked(monkeypatch):
+    """Each call within MAX_STEPS, all of a turn's within TURN_STEPS: a call the turn's remainder cannot check,
+    and every later call of that turn, get the "could not be checked" error (an invalid call, as one over its own
+    steps); the next turn starts afresh."""
+    monkeypatch.setattr(lib.schema, "SCHEMA_SECONDS", 1e9)  # the verdicts are the step counts', not the clock's
+    monkeypatch.setattr(lib.schema, "MAX_STEPS", 64)
+    monkeypatch.setattr(lib.schema, "TURN_STEPS", 150)
+    t = two_tools(nested_any_of(20), {"type": "object", "properties": {"y": {"type": "integer"}}})
+    hostile, good, bad = {"name": "f", "arguments": {"x": 5}}, {"name": "g", "arguments": {"y": 1}}, {
+        "name": "g", "arguments": {"y": "a"}}
+    sim = Simulator()
+    (calls, obs), (calls2, obs2) = sim.respond([turn(good, hostile, hostile, bad, hostile, good), turn(hostile, good)],
+                                               [t, t])
+    wrong = "Tool 'g' arguments do not match its schema: 'a' is not of type 'integer' at '$.y'"
+    assert obs == [NO_RESULT, OVER, OVER, wrong, SPENT, SPENT.replace("'f'", "'g'")]
+    assert [c.error for c in calls] == ["", *obs[1:]]                      # checks 1-4's failures, each
+    assert obs2 == [OVER, NO_RESULT] and sim.stats["errors"] == 6
+
+
+def test_a_turn_of_hostile_calls_costs_what_a_quarter_of_them_do(monkeypatch):
+    """Growth, not a time: a turn of 4n calls to a schema that runs each over its steps and to a catastrophic
+    pattern costs about what n such calls do (without the turn's budget, 4 times as much)."""
+    monkeypatch.setattr(lib.schema, "MAX_STEPS", 1000)  # ~20 ms a call here, so the test takes a second
+    monkeypatch.setattr(lib.schema, "TURN_STEPS", 4000)
+    monkeypatch.setattr(lib.schema, "PATTERN_SECONDS", 0.02)
+    sim, t = Simulator(max_calls=1000), two_tools(nested_any_of(20), CATASTROPHIC)
+    text = lambda n: turn(*[{"name": "f", "arguments": {"x": 5}}, {"name": "g", "arguments": {"y": "a" * 60 + "!"}}] * n)  # noqa: E731
+    for last in (False, True):
+        small, _ = cpu(lambda x: one(sim, x, t), [text(10)])
+        big, obs = cpu(lambda x: one(sim, x, t), [text(40)])
+        if big < 2 * small:
+            break
+        assert not last, f"{big:.3f} s at 4n, {small:.3f} s at n"
+    assert obs[:8:2] == [OVER] * 4 and set(obs[8::2]) == {SPENT}           # four calls' steps, then none
+    assert set(obs[1::2]) == {NO_RESULT}                                   # out of pattern time: a pass
 
 
 def test_a_metaschema_check_over_budget_checks_the_schema_light(monkeypatch):

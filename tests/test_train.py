@@ -2,6 +2,8 @@
 import hashlib
 import json
 import math
+import os
+import subprocess
 import sys
 import time
 from types import SimpleNamespace
@@ -12,6 +14,7 @@ import torch
 import lib.model
 from lib import config, judges, logprobs, sft
 import advantage
+import eval as E
 import train
 from lib.files import json_safe
 from helpers import CALL, tiny_model, tokenizer, verl_row, write_jsonl, write_world
@@ -168,6 +171,73 @@ def test_non_finite_flags_are_refused(capsys):
         with pytest.raises(SystemExit) as e:
             train.get_args(["--data", "data/world/rl.jsonl", flag, "nan"])
         assert e.value.code == 2 and flag in capsys.readouterr().err
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOUCAN = ["toucan", "--model", "some/model", "--out", "out.jsonl"]
+
+
+@pytest.mark.parametrize("command, argv, said", [
+    (train.get_args, ["--lr", "3e38"], "--lr must be > 0 and <= 1, not 3e+38"),
+    (train.get_args, ["--lr", "0"], "--lr must be > 0 and <= 1, not 0.0"),
+    (train.get_args, ["--sft-lr=-1e-4"], "--sft-lr must be > 0 and <= 1, not -0.0001"),
+    (train.get_args, ["--group-size", "-8"], "--group-size must be >= 1 and <= 1e7, not -8"),
+    (train.get_args, ["--steps", "-1"], "--steps must be >= 0 and <= 1e7, not -1"),
+    (train.get_args, ["--sft-warmup", "1.5"], "--sft-warmup must be >= 0 and <= 1, not 1.5"),
+    (train.get_args, ["--max-tokens", "0"], "--max-tokens must be >= 1 and <= 1e7, not 0"),
+    (train.get_args, ["--judge-noise", "2"], "--judge-noise must be >= 0 and <= 1, not 2.0"),
+    (train.get_args, ["--clip-c", "1"], "--clip-c must be > 1 and <= 100, not 1.0"),
+    (train.get_args, ["--sim-timeout", "nan"], "--sim-timeout must be > 0 and <= 1e6, not nan"),
+    (train.get_args, ["--judge-deadline", "inf"], "--judge-deadline must be > 0 and <= 1e6, not inf"),
+    (train.get_args, ["--seed", str(2 ** 64)], f"--seed must be >= 0 and <= 4294967295, not {2 ** 64}"),
+    (train.get_args, ["--tiny-size", "64", "0", "4"], "--tiny-size must be >= 1 and <= 4096, not 0"),
+    (train.get_args, ["--hierr-weights", "0.1", "0.2", "0.2", "0.2", "1e300"],
+     "--hierr-weights must be >= 0 and <= 100, not 1e+300"),
+    (E.get_args, [*TOUCAN, "--batch-size", "0"],
+     "--batch-size must be >= 1 and <= 1e7, not 0"),
+    (E.get_args, [*TOUCAN, "--judge-timeout", "-1"],
+     "--judge-timeout must be > 0 and <= 1e6, not -1.0"),
+    (E.get_args, ["plot", "runs/x", "--smooth", "0"],
+     "--smooth must be >= 1 and <= 1e7, not 0"),
+], ids=lambda x: " ".join(x) if isinstance(x, list) else None)
+def test_a_numeric_flag_out_of_its_range_is_one_line_naming_it(command, argv, said, capsys):
+    with pytest.raises(SystemExit) as e:
+        command(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.splitlines()[-1].endswith(f": error: {said}") and "Traceback" not in err
+
+
+def test_lr_3e38_stops_train_py_in_one_line_before_anything_loads(tmp_path):
+    run = subprocess.run([sys.executable, "train.py", "--lr", "3e38", "--out", str(tmp_path / "run")],
+                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)
+    assert run.returncode == 2 and run.stdout == "" and "Traceback" not in run.stderr
+    assert run.stderr.splitlines()[-1] == "train.py: error: --lr must be > 0 and <= 1, not 3e+38"
+    assert not (tmp_path / "run").exists()
+
+
+def test_every_numeric_flag_has_a_range_that_its_help_shows_and_both_ends_hold(monkeypatch):
+    import argparse
+    seen = []
+    monkeypatch.setattr(E, "bounds_help", lambda p: seen.append(p) or config.bounds_help(p))
+    E.get_args(["plot", "runs/x"])                                                # eval.py's toucan and plot parsers
+    numeric = {}
+    for p in (train.parser(), *seen):
+        for act in p._actions:
+            if act.type in (int, float, config.num):
+                numeric[act.dest] = act.help if act.help != argparse.SUPPRESS else act.shown
+    assert sorted(numeric) == sorted(config.RANGE)                               # each has one, no range is stale
+    assert all(h.endswith(f"in {config.RANGE[d]}") for d, h in numeric.items())
+    p = argparse.ArgumentParser()
+    for dest, bound in config.RANGE.items():
+        lo, hi = (float(v) for v in bound[1:-1].split(","))
+        inside = [lo if bound[0] == "[" else math.nextafter(lo, math.inf),
+                  hi if bound[-1] == "]" else math.nextafter(hi, -math.inf)]
+        outside = [math.nextafter(lo, -math.inf) if bound[0] == "[" else lo,
+                   math.nextafter(hi, math.inf) if bound[-1] == "]" else hi, math.nan, math.inf, -math.inf]
+        config.check_bounds(p, argparse.Namespace(**{dest: inside}))
+        for x in outside:
+            with pytest.raises(SystemExit):
+                config.check_bounds(p, argparse.Namespace(**{dest: x}))
 
 
 @pytest.mark.slow
