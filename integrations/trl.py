@@ -17,7 +17,8 @@
   --extra-block-cost), train.py's (Eq. 16 also verl's plug-in's); TRL's loss has no
   dual clip (Eq. 10's c) and no clamp of the log-ratio or of the KL term (Eqs. 9, 11).
 
-The page, with the comparison against train.py (integrations/compare.py): docs/integrations.md.
+A whole run on the demo's world: integrations/trl_example.py. The page, with the comparison against train.py
+(integrations/compare.py): docs/integrations.md.
 """
 import torch
 from datasets import Dataset

@@ -8,6 +8,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from lib import tiny
+from lib.chat import with_tools
 from lib.precision import native_bf16
 
 CORPUS = ['{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}',
@@ -107,6 +108,16 @@ def write_world(folder, n_rl=4, n_sft=8):
         {"from": "gpt", "value": CALL}, {"from": "human", "value": '<tool_response>\n{"y": 42}\n</tool_response>'},
         {"from": "gpt", "value": "f of 1 is 42."}]} for i in range(n_sft)])
     return rl, sft
+
+
+def write_caller_sft(path, n=8):
+    """SFT conversations on write_world's RL prompts as the policy sees them (their system text lists the tool):
+    a tiny policy trained on them calls f(x) -> 42 and sums up, often but not always. Returns the path."""
+    system = with_tools([{"role": "system", "content": "Call tools."}], json.loads(verl_row("q", [], [])["tools"]))
+    return write_jsonl(path, [{"conversations": [
+        {"from": "system", "value": system[0]["content"]}, {"from": "human", "value": f"What is f of 1, case {i}?"},
+        {"from": "gpt", "value": CALL}, {"from": "human", "value": '<tool_response>\n{"y": 42}\n</tool_response>'},
+        {"from": "gpt", "value": "f of 1 is 42."}]} for i in range(n)])
 
 
 def hub_cache(root, repo, files, repo_type="dataset", revision="0" * 40):

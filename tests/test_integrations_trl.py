@@ -2,7 +2,6 @@
 advantage.py's, R_sum moves no gradient on a tool token through TRL's loss, trainer.train() runs on the tiny
 policy in the shipped world (offline simulator, facts judge), and bad input gets the documented 0 or one line."""
 import copy
-import json
 
 import pytest
 import torch
@@ -16,10 +15,9 @@ import simulator
 import train
 from integrations.trl import SLCAGRPOTrainer
 from lib import sft, tiny
-from lib.chat import with_tools
 from lib.data import load_sft, load_tasks
 from segment import segment_masks
-from helpers import CALL, tiny_model, tokenizer, verl_row, write_jsonl, write_world
+from helpers import tiny_model, tokenizer, write_caller_sft, write_world
 
 
 def config(tmp, steps=1, rows=16, G=4):
@@ -36,12 +34,7 @@ def caller(tmp_path_factory):
     system text, tools included): its batches hold both segments, one, or a failed call. (folder, tok, tasks)."""
     d = tmp_path_factory.mktemp("fworld")
     rl, _ = write_world(d, n_rl=4)
-    tools = json.loads(verl_row("q", [], [])["tools"])
-    system = with_tools([{"role": "system", "content": "Call tools."}], tools)[0]["content"]
-    convs = load_sft(write_jsonl(d / "sft.jsonl", [{"conversations": [
-        {"from": "system", "value": system}, {"from": "human", "value": f"What is f of 1, case {i}?"},
-        {"from": "gpt", "value": CALL}, {"from": "human", "value": '<tool_response>\n{"y": 42}\n</tool_response>'},
-        {"from": "gpt", "value": "f of 1 is 42."}]} for i in range(8)]))
+    convs = load_sft(write_caller_sft(d / "sft.jsonl"))
     tok, model = tokenizer(), tiny_model()
     a = train.get_args(["--data", rl, "--sft-lr", "1e-2", "--sft-batch", "4", "--sft-epochs", "60"])
     sft.warm_start(model, tok, convs, train.sft_config(a), lambda row: None)

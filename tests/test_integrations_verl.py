@@ -1,6 +1,7 @@
 """integrations/verl.py through verl 0.9.1's own code: the estimator by verl's compute_advantage against
 advantage.py on the same batch (bit for bit), the carrier (reward function -> agent-loop output -> rm_scores),
-the refusals, the parser, SGLS on a call, and the shipped config through verl's loader and validator.
+the refusals, the parser, SGLS on a call, and the launch blocks of README.md and docs/integrations.md
+through verl's own main_ppo.main up to where it would start Ray (its config loader and validator).
 
 verl is imported by the fixture `v`, not at collection: importing it adds a root logging handler and sets
 environment variables, which the fixture gives back once this file's tests are done (the other files of the
@@ -10,6 +11,7 @@ import importlib.util
 import json
 import logging
 import os
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,7 +20,9 @@ import torch
 
 import advantage
 import rewards
+from lib import llm
 from segment import segment_masks
+from blocks import block, commands
 from helpers import tokenizer, verl_row
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("verl") is None,
@@ -213,13 +217,36 @@ def test_parser_reads_a_parallel_step_and_sgls_answers_each_call(v):
     assert unknown.text == "Tool 'g' not found in the current available tools set."
 
 
-def test_the_shipped_config_loads_and_validates_with_verls_own_loader(v):
-    from hydra import compose, initialize_config_dir
+def launched(v, page, tmp, monkeypatch):
+    """The config verl's own `main_ppo.main` builds from `page`'s launch block, run in this process up to where it
+    would start Ray (its `run_ppo`, replaced here): the block's exports set, then its command line as written, the
+    shell's $PWD being the repository's root and $HOME `tmp` (where Hydra also writes its outputs/ folder)."""
+    import verl.trainer.main_ppo as main_ppo
+    from verl.utils.import_utils import import_external_libs
+    *exports, launch = commands(block(page, "export PYTHONPATH").replace("$PWD", ROOT).replace("$HOME", str(tmp)))
+    for export in exports:
+        assert export[0] == "export"
+        for pair in export[1:]:
+            monkeypatch.setenv(*pair.split("=", 1))
+    assert os.environ["PYTHONPATH"] == ROOT
+    import_external_libs(os.environ["VERL_USE_EXTERNAL_MODULES"].split(","))      # what `import verl` does with it
+    seen = []
+    monkeypatch.setattr(main_ppo, "run_ppo", lambda config, task_runner_class: seen.append(config))
+    assert launch[:3] == ["python", "-m", "verl.trainer.main_ppo"]
+    monkeypatch.setattr(sys, "argv", ["main_ppo.py", *launch[3:]])
+    monkeypatch.chdir(tmp)
+    main_ppo.main()                                   # Hydra over verl's ppo_trainer defaults, validate_config
+    return seen[0]
+
+
+def test_the_launch_lines_run_verls_own_main_up_to_ray(v, tmp_path, monkeypatch):
+    """README.md's launch and docs/integrations.md's (which adds the data files) as written, on a CPU: what needs
+    GPUs (Ray's workers, vLLM, the actor) starts after the point reached here."""
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import omega_conf_to_dataclass, validate_config
-    with initialize_config_dir(config_dir=os.path.join(ROOT, "integrations"), version_base=None):
-        cfg = compose(config_name="verl_slca")
-    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    from verl.utils.config import omega_conf_to_dataclass
+    cfg = launched(v, "README.md", tmp_path, monkeypatch)
+    assert get_adv_estimator_fn(cfg.algorithm.adv_estimator) is v.slca.compute_slca_advantage
     algo = omega_conf_to_dataclass(cfg.algorithm)
     assert (algo.adv_estimator, algo.use_kl_in_reward) == (v.slca.NAME, False)
     rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
@@ -227,4 +254,9 @@ def test_the_shipped_config_loads_and_validates_with_verls_own_loader(v):
     assert cfg.reward.custom_reward_function.path == "integrations/verl.py"
     assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-3B-Instruct" and cfg.actor_rollout_ref.rollout.n == 16
     assert need_reference_policy(cfg) and not need_critic(cfg)                      # KL loss to the SFT, no critic
+    assert llm.client("sim").base_url == "http://sim:8003/v1" and llm.client("judge").base_url == "http://judge:8016/v1"
     through_verl(v, batch(v)[0], norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+    cfg = launched(v, "docs/integrations.md", tmp_path, monkeypatch)
+    assert cfg.algorithm.adv_estimator == v.slca.NAME
+    assert (cfg.data.train_files, cfg.data.val_files) == tuple(str(tmp_path / "data" / f) for f in (
+        "toucan_toolcall_rl.parquet", "toucan_eval_4k_unified.parquet"))
