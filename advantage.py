@@ -19,14 +19,14 @@ Eq. 14 they get Â^tool alone (they open no tool turn). The rules in full: docs/
 
 `token_advantages` is what train.py trains on for each `--algo`; `slca_terms` and `log_sums`
 give the training logs' SLCA sums, whatever the algorithm. `group_normalize` states Eq. 7 one
-group at a time; the functions here run its vectorised twin, lib/groups.py, which
+group at a time; the functions here run its vectorised twin, lib/training/groups.py, which
 tests/test_advantage.py pins to it bit for bit.
 """
 import torch
 
 from segment import run_index
 
-from lib.groups import normalize
+from lib.training.groups import normalize
 
 EPS = 1e-6  # docs/method.md §3: ε of the released code
 ALGOS = ("slca", "grpo", "toolpo")  # train.py --algo: SLCA (Eqs. 7-8, 14), GRPO (Eq. 6, "w/o SLCA"), ToolPO (Eq. 13)
@@ -39,7 +39,7 @@ def group_normalize(x, present, group_ids, eps=EPS, norm_by_std=True, stats=STAT
     x: (B,) float, present: (B,) bool, group_ids: (B,) int. Returns (B,) in x's dtype, 0 where
     absent, where the group has fewer than two present members, where their values are all
     equal (stats "exact" only), or where a present member's value is not finite. The plain
-    statement, one group at a time; the functions below run lib/groups.py's vectorised
+    statement, one group at a time; the functions below run lib/training/groups.py's vectorised
     `normalize`, which tests/test_advantage.py pins to this one bit for bit.
     """
     xs = x.double() if stats == "exact" else x.float()         # (B,) statistics in float64, or the release's float32
@@ -62,7 +62,7 @@ def group_normalize(x, present, group_ids, eps=EPS, norm_by_std=True, stats=STAT
 
 
 def _sum(vals):
-    """The sum of a float64 vector, added left to right (the order lib/groups.py's index_add adds in)."""
+    """The sum of a float64 vector, added left to right (the order lib/training/groups.py's index_add adds in)."""
     total = 0.0
     for v in vals.tolist():
         total += v

@@ -2,7 +2,7 @@
 
     python eval.py toucan --model M --out out/toucan.jsonl            # greedy rollouts, HierR metrics
     python eval.py toucan --model runs/slca-s0/final --out out/t.jsonl   # that run's "after RL" row, its settings
-    python eval.py plot   runs/slca-s0 runs/grpo-s0 --out out/plots     # lib/plots.py
+    python eval.py plot   runs/slca-s0 runs/grpo-s0 --out out/plots     # lib/runs/plots.py
     python eval.py aggregate out/s0.summary.json out/s1.summary.json out/s2.summary.json
 
 `evaluate` is the one Toucan evaluation, train.py's before/after-RL table and `eval.py toucan`
@@ -10,26 +10,26 @@ alike: greedy rollouts (rollout.py) answered by the simulator, scored by HierR (
 the default weights and λs, under the caps of the episode flags, which are defined here once for
 both commands. `metrics` gives the table of §9, overall and per parallel_type. The result files,
 their fingerprints and resume, a run's config as the defaults, and `aggregate` are
-lib/evalcli.py's; the external benchmarks are `python -m bench` (bench/__main__.py).
+lib/runs/evalcli.py's; the external benchmarks are `python -m bench` (bench/__main__.py).
 """
 import argparse
 from collections import defaultdict
 
 from tqdm import tqdm
 
-from lib import judges, llm
+from lib.frozen import judges, llm
 import rewards
-from lib.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
-from lib.model import load_policy
-from lib.precision import autocast, bf16_note, cast_once
+from lib.inputs.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
+from lib.training.model import load_policy
+from lib.training.precision import autocast, bf16_note, cast_once
 from rollout import GEN_BATCH, MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, prompt_ids, rollout
-from lib.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
+from lib.inputs.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
 from simulator import MALFORMED, PARSES, PROMPT, SCHEMA_CHECKS, Simulator
-from lib.sgls import PROMPT_FIELDS
-from lib.evalcli import (FMT, aggregate_command, bench_parser, fingerprint, llm_client, resume, run_config,
+from lib.frozen.sgls import PROMPT_FIELDS
+from lib.runs.evalcli import (FMT, aggregate_command, bench_parser, fingerprint, llm_client, resume, run_config,
                          text_table, write_summary)
-from lib.files import append_jsonl
-from lib.config import bounds_help, check_bounds
+from lib.runs.files import append_jsonl
+from lib.runs.config import bounds_help, check_bounds
 
 THRESHOLDS = (0.7, 0.8, 0.9, 1.0)  # the release's success@ / tool_success@ levels (rl/slca_grpo/reward_fn.py)
 SUCCESS = 0.9                      # docs/method.md §9: the headline Success@0.9
@@ -131,9 +131,9 @@ def add_episode_flags(g, schema_check=None):
     g.add_argument("--max-tool-rounds", type=int, default=MAX_TOOL_ROUNDS,
                    help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
     g.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0],
-                   help="cached = lib/sampler.py (KV caches kept across turns, each prompt prefilled once per "
+                   help="cached = lib/sampling/sampler.py (KV caches kept across turns, each prompt prefilled once per "
                         "group); generate = Hugging Face model.generate, the reference; compiled = cached with "
-                        "each decoding step through torch.compile (lib/compiled.py; Qwen2 only) (rollout.py)")
+                        "each decoding step through torch.compile (lib/sampling/compiled.py; Qwen2 only) (rollout.py)")
     g.add_argument("--strict-calls", action="store_true",
                    help="a block with no valid call is invalid and a response with no valid call is an omission "
                         "(-0.5); the release only looks for the <tool_call> tag, so `<tool_call>[]</tool_call>` "
@@ -229,7 +229,7 @@ def get_args(argv=None):
         t.set_defaults(**{d: config[RUN_FLAGS.get(d, d)] for d in vars(a)
                           if d not in NOT_FROM_RUN and config.get(RUN_FLAGS.get(d, d)) not in (None, "")})
         a = p.parse_args(argv)
-    check_bounds(p, a)  # lib/config.py's BOUNDS, before anything loads
+    check_bounds(p, a)  # lib/runs/config.py's BOUNDS, before anything loads
     if a.bench == "toucan":
         check_episode_flags(p, a)
     if a.bench not in ("plot", "aggregate"):
@@ -241,7 +241,7 @@ def get_args(argv=None):
 def main(argv=None):
     a = get_args(argv)
     if a.bench == "plot":
-        from lib import plots
+        from lib.runs import plots
         for path in plots.plot_runs(a.runs, a.out, a.smooth):
             print("wrote", path)
         return None

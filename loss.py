@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from lib.dist import all_sum
+from lib.training.dist import all_sum
 
 CLIP_EPS = 0.2     # docs/method.md §4 / paper: PPO clip range
 CLIP_C = 3.0       # docs/method.md §4: dual-clip constant

@@ -18,7 +18,7 @@ Eq. 2's). S_sum is 0 without a tool response or with a final response under 10 c
 responses count is the summary gate (GATES: "real" ones only, or the release's <tool_response>
 blocks of the decoded trajectory, `release_responses` / `release_final`). ToolPO (§3.3) adds
 r_action and r_succ to every score dict. The judges (the offline FactsJudge, the LLM judge,
-NoisyJudge) are lib/judges.py's. `score_rollouts` is the training reward of a batch (train.py's
+NoisyJudge) are lib/frozen/judges.py's. `score_rollouts` is the training reward of a batch (train.py's
 and eval.py's). Nothing raises on hostile text and the time is linear in it; the rules in
 detail: docs/method.md §2 (§2.4 for the code's conventions).
 
@@ -29,8 +29,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from segment import CLOSE, OPEN, drop_blocks, find_blocks, parse_block, strip_think
-from lib.data import normalize_gold
-from lib.judges import FactsJudge, NoisyJudge, summary_judge  # noqa: F401 (reached as rewards.*)
+from lib.inputs.data import normalize_gold
+from lib.frozen.judges import FactsJudge, NoisyJudge, summary_judge  # noqa: F401 (reached as rewards.*)
 
 
 WEIGHTS = {"format": 0.10, "name": 0.25, "key": 0.15, "value": 0.20, "parallel": 0.30}  # docs/method.md §2.1

@@ -10,9 +10,9 @@ on are the ids it sampled, each with its log-prob at temperature 1 (`Rollout.log
 old log-probs). Temperature 1 samples the raw logits' softmax; 0 is greedy.
 
 Samplers (`--sampler`): "generate", `generate` below, the reference (Hugging Face
-`model.generate` over each row's whole conversation, once per turn); "cached", lib.sampler
-(the default: each row keeps its KV cache across turns); "compiled", lib.sampler through
-torch.compile (lib/compiled.py). Greedy, they agree (tests/test_rollout.py).
+`model.generate` over each row's whole conversation, once per turn); "cached", lib.sampling.sampler
+(the default: each row keeps its KV cache across turns); "compiled", lib.sampling.sampler through
+torch.compile (lib/sampling/compiled.py). Greedy, they agree (tests/test_rollout.py).
 
 Caps: `max_turns` (10), `max_tool_rounds` (None: no cap; the paper preset passes the release's
 6), `max_tokens` response tokens, observations included (8,192). Each rollout records why it
@@ -33,18 +33,18 @@ from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteria
 
 from segment import CLOSE, OPEN, Call, segment_masks, strip_think
 
-from lib import compiled
-from lib.chat import chat_ids, renders_tools, with_tools
-from lib.generation import Chosen
-from lib.sampler import sample
+from lib.sampling import compiled
+from lib.inputs.chat import chat_ids, renders_tools, with_tools
+from lib.sampling.generation import Chosen
+from lib.sampling.sampler import sample
 
 MAX_TURNS = 10       # docs/method.md §6: assistant turns per trajectory
 MAX_TOKENS = 8192    # docs/method.md §6: response tokens per trajectory, observations included
 MAX_TOOL_ROUNDS = 6  # answered tool rounds per trajectory in train.py and eval.py (the release's max_user_turns)
 TEMPERATURE = 1.0   # training rollouts' sampling temperature (docs/method.md §6); evaluation is greedy
 GEN_BATCH = 64      # rows sampled at once: memory, not numbers (greedy ids do not depend on it)
-SAMPLERS = ("cached", "generate", "compiled")  # --sampler: lib.sampler.sample (the default), `generate` (the
-                                               # reference), lib.sampler.sample with lib/compiled.py's step
+SAMPLERS = ("cached", "generate", "compiled")  # --sampler: lib.sampling.sampler.sample (the default), `generate` (the
+                                               # reference), lib.sampling.sampler.sample with lib/sampling/compiled.py's step
 
 
 @dataclass
@@ -95,7 +95,7 @@ class Rollout:
 
 def prompt_ids(tok, task):
     """Chat-template the task's prompt; tools only if the system message lacks them, written
-    into the system message (lib.chat.with_tools) when the template ignores them."""
+    into the system message (lib.inputs.chat.with_tools) when the template ignores them."""
     has_tools = any(m["role"] == "system" and "<tools>" in m["content"] for m in task.messages)
     if has_tools or not task.tools:
         return chat_ids(tok, task.messages)
@@ -149,7 +149,7 @@ def stop_text(tok, stop_at_call=True):
 
 
 # ---------------------------------------------------------------------------------------------
-# the reference sampler (its log-prob keeper: lib/generation.py)
+# the reference sampler (its log-prob keeper: lib/sampling/generation.py)
 class TurnEnd(StoppingCriteria):
     """`generate`'s end of a turn, row by row: a stop id, `ended(its new ids)` (stop_text, which
     reads the last len(CLOSE) ids only) or its budget. `n[b]`: row b's turn length once it ended."""
@@ -169,7 +169,7 @@ class TurnEnd(StoppingCriteria):
 
 @torch.no_grad()
 def generate(model, past, pending, budgets, temperature, stops, ended, pad_id):
-    """One assistant turn for each row with Hugging Face `model.generate`: lib.sampler.sample's
+    """One assistant turn for each row with Hugging Face `model.generate`: lib.sampling.sampler.sample's
     contract with the ids themselves for a cache. Row b has fed `past[b]` (ids; None: none) and
     feeds `pending[b]`; it samples until a stop id, `ended(its ids)` or `budgets[b]` ids. Returns
     per row (ids, logprobs, every id fed: past + pending + ids[:-1]); budget < 1 samples nothing.

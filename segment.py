@@ -25,7 +25,7 @@ in the text and never raising; `encodable` makes untrusted text safe for a token
 from dataclasses import dataclass, field
 
 import torch
-from lib.text import loads
+from lib.inputs.text import loads
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 

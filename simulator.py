@@ -15,10 +15,10 @@ It never raises, whatever the text or the task, and takes linear time in the tex
    3. missing required  `Tool '<name>' missing required parameters: ['a', 'b']`
    4. schema violation  `Tool '<name>' arguments do not match its schema: <message> at '<$.path>'`
                         (not in the released code: `schema_check="light"` stops at 3; bounded per call and
-                        per turn, lib/schema.py: a turn's calls share one budget, so its check-4 work is
+                        per turn, lib/frozen/schema.py: a turn's calls share one budget, so its check-4 work is
                         bounded whatever its number of calls; a call past it gets "could not be checked")
 3. Answer the calls that pass: "replay" gives the recorded answer of `task.responses` (else
-   NO_RESULT); "llm" asks the frozen LLM (lib/llm.py) in the release's framing, PROMPT (lib/sgls.py), and takes the
+   NO_RESULT); "llm" asks the frozen LLM (lib/frozen/llm.py) in the release's framing, PROMPT (lib/frozen/sgls.py), and takes the
    body of its last `<tool_response>`; no answer is check 5, `Error when executing tool: <reason>`,
    with `call.failed` set. Observations are cut to `max_chars` in the middle (`truncate`); LLM
    answers are kept in `<cache_dir>/sgls_cache.jsonl` when `cache_dir` is given.
@@ -34,8 +34,8 @@ import threading
 
 from segment import CLOSE, OPEN, Call, find_blocks, parse_block, strip_think
 
-from lib.schema import Schemas, Turn
-from lib.sgls import PROMPT, append_cache, definition_text, json_text, load_cache, truncate, unwrap
+from lib.frozen.schema import Schemas, Turn
+from lib.frozen.sgls import PROMPT, append_cache, definition_text, json_text, load_cache, truncate, unwrap
 
 NO_CALL = "Invalid tool call format - no complete call in <tool_call>...</tool_call>"  # shown as "Error: " + NO_CALL
 NO_RESULT = json.dumps({"error": "no_result", "message": "No matching record."})  # replay miss
@@ -77,7 +77,7 @@ class Simulator:
         backend = backend or ("llm" if client is not None else "replay")
         assert backend in ("replay", "llm") and schema_check in SCHEMA_CHECKS and malformed in MALFORMED
         assert parse in PARSES
-        assert backend == "replay" or client is not None, "the llm backend needs a client (lib/llm.py)"
+        assert backend == "replay" or client is not None, "the llm backend needs a client (lib/frozen/llm.py)"
         self.backend, self.client, self.schema_check, self.ablate = backend, client, schema_check, ablate
         self.max_chars, self.temperature, self.retries, self.max_tokens = max_chars, temperature, retries, max_tokens
         self.malformed, self.max_calls, self.parse, self.prompt = malformed, max_calls, parse, prompt

@@ -5,19 +5,19 @@
     torchrun --nproc_per_node 8 train.py --model Qwen/Qwen2.5-3B-Instruct   # the same, FSDP2 over 8 GPUs
     python train.py --out runs/slca-s0 --resume      # continue a run from its latest checkpoint
 
-Stages (docs/method.md §7): an optional SFT warm start (lib/sft.py, saved to <out>/sft), then per RL step:
+Stages (docs/method.md §7): an optional SFT warm start (lib/training/sft.py, saved to <out>/sft), then per RL step:
 G rollouts for each of the step's prompts (rollout.py) -> HierR scores (rewards.py, Eqs. 2-5) -> advantages
 (advantage.py: `--algo slca`, Eqs. 7-8, with `--turn-credit` Eq. 14 and `--decision-credit` Eq. 15; `grpo`,
 Eq. 6; `toolpo`, Eq. 13) -> old and reference log-probs -> PPO mini-batches with gradient accumulation
 (loss.py, Eqs. 9-12), an AdamW step each -> log -> eval -> checkpoint.
 
-The file, in reading order: the config (its flag table, checks and preset files are lib/config.py), the RL
+The file, in reading order: the config (its flag table, checks and preset files are lib/runs/config.py), the RL
 step (rl_step and the three passes it calls) and the run (main, run, and the model and eval helpers); the
-loop's plumbing (the plan line, the RL state, the metrics row, the guards) is lib/loop.py.
+loop's plumbing (the plan line, the RL state, the metrics row, the guards) is lib/runs/loop.py.
 
-Config: no --model runs configs/demo.toml (a tiny random Qwen2 built on the shipped tool world, lib/tiny.py,
+Config: no --model runs configs/demo.toml (a tiny random Qwen2 built on the shipped tool world, lib/training/tiny.py,
 sized for a 2-core CPU); a named --model runs configs/paper.toml and, without data flags, the release's splits
-(lib.data.release_files); --preset names another. Flags always win. The first line says which preset; the
+(lib.inputs.data.release_files); --preset names another. Flags always win. The first line says which preset; the
 resolved config is printed compactly, saved whole (config.json), then one line says which stages run.
 
 Guards: RL rows on which no reward can be earned are refused before anything is written (--max-unscored); a
@@ -27,8 +27,8 @@ step past --max-fail-rate stops the run; a non-finite update is skipped, --max-b
 Outputs in --out (docs/training.md): config.json, metrics.jsonl, rollouts.jsonl, credit.jsonl (a few groups'
 token ids a step: credit/page.py), eval.jsonl (eval.evaluate's before/after rows), sft/, ckpt/step-N/, final/.
 --resume continues from the newest checkpoint that reads back; SIGTERM or SIGINT checkpoints and exits. Under
-torchrun (lib/dist.py) each rank takes an equal share of the step's prompts with all G rollouts of each, and rank
-0 alone prints and writes. LoRA: --lora-r (lib/lora.py).
+torchrun (lib/training/dist.py) each rank takes an equal share of the step's prompts with all G rollouts of each, and rank
+0 alone prints and writes. LoRA: --lora-r (lib/training/lora.py).
 """
 import os
 import random
@@ -46,22 +46,24 @@ from rollout import TEMPERATURE, collate, prompt_ids, rollout
 from segment import decision_mask
 from simulator import unrecorded
 from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
-from lib import config, llm, loop, lora, tiny
-from lib.checkpoints import save_checkpoint, save_final
-from lib.data import DataError, drop_long, load_sft, load_tasks
-from lib.dist import (all_sum, barrier, deterministic, end_worker, gather, gathered, leave_dist, rank_prompts, setup_dist,
+from lib.frozen import llm
+from lib.runs import config, loop
+from lib.training import lora, tiny
+from lib.runs.checkpoints import save_checkpoint, save_final
+from lib.inputs.data import DataError, drop_long, load_sft, load_tasks
+from lib.training.dist import (all_sum, barrier, deterministic, end_worker, gather, gathered, leave_dist, rank_prompts, setup_dist,
                       shard, world)
-from lib.files import Logs
-from lib.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
-from lib.model import load_policy
-from lib.optim import optimizer_step
-from lib.precision import autocast, bf16_note, cast_once, frozen_cast
-from lib.runfolder import check_folder, lock, open_run, stop_if_asked, stop_requests, writing
-from lib.sft import SFTConfig, warm_start
-from lib.text import set_json_depth, take_unencodable
-from lib.threads import Threads
+from lib.runs.files import Logs
+from lib.training.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
+from lib.training.model import load_policy
+from lib.training.optim import optimizer_step
+from lib.training.precision import autocast, bf16_note, cast_once, frozen_cast
+from lib.runs.runfolder import check_folder, lock, open_run, stop_if_asked, stop_requests, writing
+from lib.training.sft import SFTConfig, warm_start
+from lib.inputs.text import set_json_depth, take_unencodable
+from lib.runs.threads import Threads
 
-# the defaults and choices the method modules own, for the flag table (lib/config.py)
+# the defaults and choices the method modules own, for the flag table (lib/runs/config.py)
 METHOD = {"algos": ALGOS, "aggs": AGGS, "stats": STATS, "clip_eps": CLIP_EPS, "clip_c": CLIP_C, "kl_beta": KL_BETA,
           "lam": rewards.LAM, "weights": rewards.WEIGHTS.values(), "turn_credit": TURN_CREDIT, "temperature": TEMPERATURE,
           "decision": DECISION_CREDIT, "extra_cost": rewards.EXTRA_COST,
@@ -69,19 +71,19 @@ METHOD = {"algos": ALGOS, "aggs": AGGS, "stats": STATS, "clip_eps": CLIP_EPS, "c
 
 
 # ---------------------------------------------------------------------------------------------
-# the config: the flag table over a preset file (lib/config.py, configs/*.toml)
+# the config: the flag table over a preset file (lib/runs/config.py, configs/*.toml)
 def parser():
-    """The flag table (lib/config.py) with the method modules' defaults and eval.py's episode flags."""
+    """The flag table (lib/runs/config.py) with the method modules' defaults and eval.py's episode flags."""
     return config.parser(METHOD, add_episode_flags)
 
 
 def get_args(argv=None):
-    """The run's config: the flag table over its preset file, checked (lib/config.py)."""
+    """The run's config: the flag table over its preset file, checked (lib/runs/config.py)."""
     return config.get_args(parser(), argv, check_episode_flags)
 
 
 def sft_config(a):
-    """The warm start's settings (lib/sft.py) from the flags."""
+    """The warm start's settings (lib/training/sft.py) from the flags."""
     return SFTConfig(a.sft_epochs, a.sft_lr, a.sft_batch, a.sft_max_len, a.sft_warmup, a.sft_weight_decay,
                      a.micro_batch, a.grad_clip, a.max_bad_updates, a.seed, a.device, a.sft_tokens)
 
@@ -160,7 +162,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     take_unencodable()  # from here on: this step's text (prompts, observations)
     t0 = time.time()
     # one process below float32: sampling and the old log-probs read one cast of the weights, made here from
-    # this step's weights and freed before the update (lib.precision.cast_once; FSDP2 gathers them in bf16)
+    # this step's weights and freed before the update (lib.training.precision.cast_once; FSDP2 gathers them in bf16)
     with cast_once(model, a.dtype):
         with gathered(model):
             rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, groups, a.temperature, a.max_turns,
@@ -304,7 +306,7 @@ def run(a, rank, tasks, evals, convs, frozen, got):
 
 
 def sft_stage(a, model, tok, convs, logs, threads, got, rank, sft_dir):
-    """The warm start (lib/sft.py; with LoRA an adapter, merged after), its result saved to `sft_dir`."""
+    """The warm start (lib/training/sft.py; with LoRA an adapter, merged after), its result saved to `sft_dir`."""
     if a.resume:
         logs.rewind(dict.fromkeys(loop.LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
 
@@ -321,7 +323,7 @@ def sft_stage(a, model, tok, convs, logs, threads, got, rank, sft_dir):
 
 
 def load_model(a, rank, tasks, evals, convs):
-    """The policy in float32 (see lib/precision.autocast): this run's SFT result when there is
+    """The policy in float32 (see lib/training/precision.autocast): this run's SFT result when there is
     one, else --model, or the tiny demo built once into <out>/base. Prompts over
     --max-prompt-tokens are dropped. Returns (model, tok, tasks, evals, sft_dir, the model's folder)."""
     sft_dir, base_dir = os.path.join(a.out, "sft"), os.path.join(a.out, "base")
@@ -347,7 +349,7 @@ def load_model(a, rank, tasks, evals, convs):
 
 
 def adapter(a, model):
-    """`model` with a fresh LoRA adapter (lib/lora.py) under --lora-r, else itself."""
+    """`model` with a fresh LoRA adapter (lib/training/lora.py) under --lora-r, else itself."""
     if not a.lora_r:
         return model
     return lora.add_adapter(model, a.lora_r, a.lora_alpha, a.lora_dropout, a.lora_targets, a.seed)
@@ -357,7 +359,7 @@ def rl_models(a, model, base):
     """The RL policy and the reference of Eq. 11 (None when β = 0), `base` being the SFT policy's folder
     (or the model's when there is no SFT). With LoRA: a fresh adapter on the SFT policy, and the same
     weights with it off (no second copy); else `model` and the SFT policy loaded frozen, stored the way the
-    policy computes (lib.precision.frozen_cast: one process's matmul weights in the compute dtype, the rest float32)."""
+    policy computes (lib.training.precision.frozen_cast: one process's matmul weights in the compute dtype, the rest float32)."""
     if a.lora_r:
         model = adapter(a, model)
         lora.base_folder(model, base, os.path.join(a.out, "final"))

@@ -16,7 +16,7 @@ default they are left out. The release's settings are the defaults: BFCL greedy,
 tokens per reply, its 13 categories; τ² agent temperature 0.6, user temperature 0.7, 1,024
 tokens per reply, 5 tasks at once.
 
-Result files are lib/evalcli.py's (a fingerprint line, then one line per item, resumed by a rerun
+Result files are lib/runs/evalcli.py's (a fingerprint line, then one line per item, resumed by a rerun
 with the same --out; see its docstring); the fingerprint adds the agent, the framing, the
 temperatures and the benchmark package's version. --limit takes the first N items (τ²: N
 tasks per domain, a seeded subsample).
@@ -30,9 +30,9 @@ import torch
 
 from bench import bfcl, hermes, tau2
 from bench.models import Batched, client_generate, local_generate
-from lib.evalcli import FMT, bench_parser, flag, llm_client, resume, text_table, who, write_summary
-from lib import llm
-from lib.model import load_policy
+from lib.runs.evalcli import FMT, bench_parser, flag, llm_client, resume, text_table, who, write_summary
+from lib.frozen import llm
+from lib.training.model import load_policy
 
 INSTALL = "pip install -r requirements-bench.txt && pip install --no-deps -r requirements-bench-nodeps.txt"
 

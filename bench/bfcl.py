@@ -71,7 +71,7 @@ Known data errors: 6 of the 2,351 Python AST items fail even with their own grou
 (simple_363, live_simple_106-63-0, live_simple_112-68-0, live_multiple_507-149-4,
 live_multiple_862-181-3, live_multiple_964-207-0: name mismatch, empty or extra answers).
 
-Results: each scored item is appended to out_jsonl (lib/evalcli.py's result files: a fingerprint
+Results: each scored item is appended to out_jsonl (lib/runs/evalcli.py's result files: a fingerprint
 line, then one line per item); a restart skips the ids already there. `gold_output(item)`
 renders BFCL's first possible answer as Hermes text, `gold_turns(item)` a multi-turn
 item's ground truth per step (oracles for tests and smoke runs).
@@ -89,9 +89,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from lib.evalcli import resume
+from lib.runs.evalcli import resume
 
-from lib.files import append_jsonl, read_jsonl
+from lib.runs.files import append_jsonl, read_jsonl
 from rewards import predicted_calls
 from segment import strip_think
 
@@ -542,7 +542,7 @@ def accuracy(records, zero=None):
 def run_bfcl(generate, categories=RELEASE_CATEGORIES, limit=None, batch_size=8, out_jsonl=None, fingerprint=None,
              missing_zero=False):
     """Generate, score and aggregate the first `limit` items of each category, `batch_size`
-    prompts per generate call. Resumes from out_jsonl (made under `fingerprint`, lib.evalcli.resume).
+    prompts per generate call. Resumes from out_jsonl (made under `fingerprint`, lib.runs.evalcli.resume).
     Returns accuracy(...); with `missing_zero`, each of RELEASE_CATEGORIES not in
     `categories` counts as 0 (module docstring)."""
     items = [it for c in categories for it in load(c, limit)]

@@ -1,11 +1,11 @@
-"""The Hermes tool format written out as plain chat text (docs/method.md §6, §9), stdlib + lib/chat.py.
+"""The Hermes tool format written out as plain chat text (docs/method.md §6, §9), stdlib + lib/inputs/chat.py.
 
 A benchmark hands over chat messages with structured tool calls plus an OpenAI tool list.
 `as_text(messages, tools, framing)` writes them as plain {role, content} messages, which
 any chat template (or an OpenAI-compatible endpoint without tool support) then wraps:
 
 - framing "qwen": the way Qwen2.5's chat template renders tools. The tools go into the
-  system message: its content (if any), a blank line, then `lib.chat.tools_prompt(tools)` (one
+  system message: its content (if any), a blank line, then `lib.inputs.chat.tools_prompt(tools)` (one
   JSON object per line inside <tools></tools> and the instruction to answer with one
   `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` block per call). Without a
   system message no default text is added, as in bfcl-eval's Qwen handler.
@@ -27,7 +27,7 @@ The reply is plain text again; segment.py's parser reads its `<tool_call>` block
 """
 import json
 
-from lib.chat import with_tools
+from lib.inputs.chat import with_tools
 
 FRAMINGS = ("toucan", "qwen")
 DEFAULT_HEAD = "You are a helpful assistant."  # the release's BFCL template starts with it

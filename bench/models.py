@@ -3,7 +3,7 @@
 bench/bfcl.py and bench/tau2.py call a plain `generate`; this module builds one from a
 model (docs/method.md §9):
 
-- `local_generate`: an in-process policy (lib.model.load_policy), one assistant turn per prompt
+- `local_generate`: an in-process policy (lib.training.model.load_policy), one assistant turn per prompt
   through transformers' `generate` (`decode`: left-padded batches; rollout.py's sampler has
   no way to end a row on a loop). Framing "toucan" (the release's, default):
   bench/hermes.py writes the system prompt, the tools and the tool turns as text and the
@@ -19,7 +19,7 @@ model (docs/method.md §9):
   A reply also ends where the model's context ends, and a prompt that fills the context
   gets an empty reply, as an OpenAI-compatible server refuses it (the demo model has 4,096
   positions; BFCL's multi-turn prompts are longer).
-- `client_generate`: a chat client of lib/llm.py (an OpenAI-compatible endpoint, or an
+- `client_generate`: a chat client of lib/frozen/llm.py (an OpenAI-compatible endpoint, or an
   in-process chat model); the tools and tool turns go as Hermes text (bench/hermes.py);
   a failed request is an empty reply.
 - `Batched`: one batch generate shared by threads (τ²'s concurrent tasks).
@@ -36,7 +36,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from bench.hermes import TOUCAN_RULES, as_text
-from lib.chat import chat_ids
+from lib.inputs.chat import chat_ids
 from rollout import stop_ids
 
 LOOP_WINDOW, LOOP_PERIOD = 128, 16  # a loop: 128 tokens repeating a unit of <= 16 tokens (>= 8 repeats)
@@ -105,7 +105,7 @@ def local_generate(model, tok, batch_size, max_tokens, temperature=0.0, framing=
 
 
 def client_generate(client, max_tokens, temperature=0.0, framing="qwen", keep_system=True, rules=TOUCAN_RULES):
-    """A chat client (lib/llm.py) as generate(...) -> texts: tools and tool turns as Hermes text."""
+    """A chat client (lib/frozen/llm.py) as generate(...) -> texts: tools and tool turns as Hermes text."""
     def generate(batch, tools):
         replies = client.complete([as_text(m, t, framing, keep_system, rules) for m, t in zip(batch, tools)],
                                   temperature, max_tokens)

@@ -35,7 +35,7 @@ ignore_errors. num_tasks subsamples each domain deterministically (random.Random
 .sample, kept in file order). `batch_size` tasks run at once on threads (as tau2's own
 max_concurrency does; the release runs 5); the callables must be thread-safe.
 
-Results: one JSONL line per task (lib/evalcli.py's result files, after the fingerprint line; key
+Results: one JSONL line per task (lib/runs/evalcli.py's result files, after the fingerprint line; key
 domain + task_id, with the trajectory as chat dicts); a restart skips the tasks already
 there. Importing tau2 through this module silences its loguru output and sets
 LITELLM_LOCAL_MODEL_COST_MAP=True (litellm would otherwise try to download a price list).
@@ -58,9 +58,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from tqdm import tqdm
 
-from lib.evalcli import resume
+from lib.runs.evalcli import resume
 
-from lib.files import append_jsonl
+from lib.runs.files import append_jsonl
 from rewards import predicted_calls
 from segment import drop_blocks, strip_think
 
@@ -196,7 +196,7 @@ def run_tau2(domains, agent_fn, user_fn, num_tasks=None, out_jsonl=None, seed=0,
              max_steps=MAX_STEPS, max_errors=MAX_ERRORS, raise_errors=False, fingerprint=None):
     """Run a domain (or a list of them), `batch_size` tasks at once; append one record per
     task to out_jsonl and skip the tasks already there (made under `fingerprint`,
-    lib.evalcli.resume). Returns pass_rates(...)."""
+    lib.runs.evalcli.resume). Returns pass_rates(...)."""
     domains = [domains] if isinstance(domains, str) else list(domains)
     previous = {(r.get("domain"), r.get("task_id")): r for r in resume(out_jsonl, fingerprint)}
     todo, records = [], []

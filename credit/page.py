@@ -4,7 +4,7 @@
     python -m credit.page runs/slca-s0 --step 12 --prompt 1 --out page.html
     python -m credit.page --example                        # README's case, no run needed -> credit-example.html
 
-train.py keeps, for the first groups of each RL step (lib/loop.py CREDIT_GROUPS), every rollout's
+train.py keeps, for the first groups of each RL step (lib/runs/loop.py CREDIT_GROUPS), every rollout's
 prompt and response ids, its response mask and its rewards (<run>/credit.jsonl). This page reads
 them back, cuts the masks into segments (segment.py, README Eq. 1) and computes the per-token
 advantages with advantage.py from the same rewards under each algorithm: SLCA (Eq. 8), GRPO
@@ -25,8 +25,8 @@ import torch
 
 from advantage import token_advantages
 from segment import decision_mask, run_index, segment_masks
-from lib.files import read_jsonl
-from lib.text import encodable
+from lib.runs.files import read_jsonl
+from lib.inputs.text import encodable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root
 
@@ -67,7 +67,7 @@ def advantages(rows, cfg, decode):
     batch = {"input_ids": torch.tensor([pad(r["ids"]) for r in rows]), "response_mask": trained, "tool_mask": tool,
              "summary_mask": summary}
     gids = torch.tensor([r["group"] for r in rows])                                        # (B,)
-    nan = float("nan")  # a reward logged as null was not finite (lib/files.py json_safe): it zeroes its group
+    nan = float("nan")  # a reward logged as null was not finite (lib/runs/files.py json_safe): it zeroes its group
     scores = [{k: nan if v is None else v for k, v in r["rewards"].items()} for r in rows]
     turn_r = [r["r_turn"] for r in rows]
     d = decision_mask(trained, batch["input_ids"], decode)                                 # (B, T)
@@ -145,7 +145,7 @@ def page(title, question, rows, cfg, decode):
 def tokenizer(run, cfg):
     """The run's tokenizer: from its sft/, base/ or final/ folder, else its --model."""
     from transformers import AutoTokenizer
-    from lib.model import hf_folder
+    from lib.training.model import hf_folder
     for sub in ("sft", "base", "final"):
         if os.path.isfile(os.path.join(run, sub, "tokenizer_config.json")):
             return AutoTokenizer.from_pretrained(os.path.join(run, sub))
@@ -172,12 +172,12 @@ def example():
     a right call then a bad summary, a wrong call then a good summary, and the two others, scored by
     the real HierR and facts judge; returns (rows, cfg, tokenizer)."""
     import rewards
-    from lib.data import load_sft, load_tasks
-    from lib.judges import FactsJudge
-    from lib.tiny import build_tokenizer, world_texts
+    from lib.inputs.data import load_sft, load_tasks
+    from lib.frozen.judges import FactsJudge
+    from lib.training.tiny import build_tokenizer, world_texts
     from rollout import prompt_ids, tool_turn_ids
     from simulator import Simulator
-    from lib.chat import plain_ids
+    from lib.inputs.chat import plain_ids
     world = os.path.join(ROOT, "data", "world")
     tasks = load_tasks(os.path.join(world, "rl.jsonl"))
     tok = build_tokenizer(world_texts(tasks, load_sft(os.path.join(world, "sft.jsonl"))))

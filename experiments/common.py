@@ -65,12 +65,12 @@ def run_train(argv, out, jobs=1):
 def preset_flags(extra):
     """The demo preset (configs/demo.toml) as explicit flags, then `extra`."""
     import train
-    from lib import config
+    from lib.runs import config
     return config.preset_argv(config.read_preset("demo"), train.parser()) + extra
 
 
 def read(path):
-    from lib.files import read_jsonl
+    from lib.runs.files import read_jsonl
     return read_jsonl(path)
 
 

@@ -26,7 +26,7 @@ at K = 1), built in --out (default runs/reproduce). Outputs there:
                    credit gap at the decision token; with --arms slca-decision (README Eq. 15) and the
                    arms it does not run taken from a kept report (--kept), its reading too
                    (docs/experiments/decision.md); arms kept from before 444bb48 sampled with
-                   torch.multinomial, arms run since by lib.sampler.draw: they pair by seed and SFT
+                   torch.multinomial, arms run since by lib.sampling.sampler.draw: they pair by seed and SFT
                    start, not by random draws
     powered-arg.md, .json, .png   (--powered-arg) the same for the other direction: the --wrong
                    world at K = 0, 1 (<out>/world-wrong-half-k<K>/, 181 marked eval rows), from its own

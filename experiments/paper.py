@@ -23,7 +23,7 @@ import sys
 
 from experiments import common
 from experiments.common import curves, evals, fmt, mean_std, plot_curves
-from lib.data import PARALLEL_TYPES
+from lib.inputs.data import PARALLEL_TYPES
 
 ALGOS = {  # name -> train.py flags (docs/method.md §7 ablations)
     "slca": ["--algo", "slca", "--grad-cosine"],    # --grad-cosine: the paper's diagnostic, logged per step

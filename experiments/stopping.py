@@ -39,10 +39,10 @@ import torch
 from eval import SUCCESS
 from advantage import grpo_advantages
 from experiments.common import mean_std, num, read, thirds
-from lib.data import load_tasks
+from lib.inputs.data import load_tasks
 from rollout import Rollout
 
-KEYS = ("process", "summary", "score")          # the logged per-rollout scores (lib/loop.py log_step)
+KEYS = ("process", "summary", "score")          # the logged per-rollout scores (lib/runs/loop.py log_step)
 CHOICE = ("process", "summary", "adv_tool", "adv_sum")
 
 

@@ -35,8 +35,8 @@ def args_for(start, steps, seed, out):
 def held_out(folder, a):
     """Greedy held-out Success@0.9 of the policy in `folder` on the demo's eval split (eval.evaluate)."""
     import eval as evaluation
-    from lib.data import load_tasks
-    from lib.model import load_policy
+    from lib.inputs.data import load_tasks
+    from lib.training.model import load_policy
     model, tok = load_policy(folder, "float32", "cpu")
     sim, judge, _ = evaluation.frozen_llms(a)
     evals = load_tasks(os.path.join(ROOT, "data/world/eval.jsonl"))
@@ -58,8 +58,8 @@ def run_trl(a):
     """SLCAGRPOTrainer on the same start and settings: (seconds, the final policy's folder)."""
     from trl import GRPOConfig
     import eval as evaluation
-    from lib.data import load_tasks
-    from lib.model import load_policy
+    from lib.inputs.data import load_tasks
+    from lib.training.model import load_policy
     from integrations.trl import SLCAGRPOTrainer
     _, tok = load_policy(a.model, "float32", "cpu")
     sim, judge, _ = evaluation.frozen_llms(a)

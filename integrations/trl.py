@@ -1,6 +1,6 @@
 """SLCA in TRL 1.16: `SLCAGRPOTrainer`, TRL's GRPOTrainer trained on Eq. 8's per-token advantage (README Eqs. 7-8).
 
-    trainer = SLCAGRPOTrainer(model, tok, tasks, simulator, judge, GRPOConfig(...))   # tasks: lib.data.Task
+    trainer = SLCAGRPOTrainer(model, tok, tasks, simulator, judge, GRPOConfig(...))   # tasks: lib.inputs.data.Task
     trainer.train()
 
 - Multi-turn tool use goes through TRL's rollout hook (`rollout_func`): this project's rollout (rollout.py,
@@ -51,7 +51,7 @@ def reward_functions(judge, weights=None, lam_tool=rewards.LAM, lam_sum=rewards.
 
 
 class SLCAGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer on `tasks` (lib.data.Task; the dataset is built from them), rollouts by rollout.rollout
+    """GRPOTrainer on `tasks` (lib.inputs.data.Task; the dataset is built from them), rollouts by rollout.rollout
     against `simulator`, rewards HierR with `judge`, advantages Eqs. 7-8. The rollout settings (max_turns,
     max_tokens, max_tool_rounds, temperature, sampler, gen_batch) are rollout.py's; lam_tool, lam_sum,
     norm_by_std, stats advantage.py's. Other keyword arguments go to GRPOTrainer (not reward_funcs, rollout_func,

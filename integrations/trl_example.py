@@ -17,7 +17,7 @@ from trl import GRPOConfig
 import train
 from eval import frozen_llms
 from integrations.trl import SLCAGRPOTrainer
-from lib.data import load_tasks
+from lib.inputs.data import load_tasks
 
 a = train.get_args()                              # train.py's flags over the demo preset
 start = os.path.join(a.out, "sft")                # the SFT policy train.py wrote

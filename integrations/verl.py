@@ -18,7 +18,7 @@ that layout, `read` reads it back and refuses any other (one line naming the row
   advantages are then 0, advantage.py's rule; train.py drops such a rollout instead).
 - `SLCAToolAgentLoop` ("slca_tool_agent"): verl's tool agent loop whose calls the project's SGLS answers
   (simulator.Simulator on SLCA_SIM_URL/_MODEL, else replay; verl asks for each call alone, so check 4's turn
-  budget, lib/schema.py, is a call's there) and whose output puts the two rewards where
+  budget, lib/frozen/schema.py, is a call's there) and whose output puts the two rewards where
   `read` finds them; `SLCAHermesParser` ("slca_hermes") reads calls as simulator.py does (a JSON list of
   calls in one block is a parallel step; verl's hermes parser drops it).
 - `compute_slca_advantage`, registered as "slca": advantage.slca_advantages then advantage.route.
@@ -48,9 +48,9 @@ from advantage import STATS, route, slca_advantages
 from rollout import stop_ids
 from segment import CLOSE, OPEN, drop_blocks, find_blocks, parse_block, segment_masks
 from simulator import Simulator
-from lib import llm
-from lib.config import outside
-from lib.data import task_of
+from lib.frozen import llm
+from lib.runs.config import outside
+from lib.inputs.data import task_of
 
 NAME, LOOP, PARSER = "slca", "slca_tool_agent", "slca_hermes"  # algorithm.adv_estimator, agent loop, multi_turn.format
 
@@ -146,7 +146,7 @@ _JUDGES, _SIMS = {}, {}  # per process: one judge, one simulator (their clients 
 
 
 def judge(url=None, model=None):
-    """The summary judge: the LLM judge on url/model (else env SLCA_JUDGE_URL/_MODEL, lib/llm.py), else the
+    """The summary judge: the LLM judge on url/model (else env SLCA_JUDGE_URL/_MODEL, lib/frozen/llm.py), else the
     offline FactsJudge; one per process."""
     if (url, model) not in _JUDGES:
         _JUDGES[url, model] = rewards.summary_judge(llm.client("judge", url, model))
@@ -155,7 +155,7 @@ def judge(url=None, model=None):
 
 def task_of_sample(ground_truth, extra_info=None, prompt=None, tools=None):
     """A verl sample (its reward_model.ground_truth, extra_info and, when known, its raw prompt and its row's
-    `tools`, else ground_truth.tool_schemas) as a Task (lib.data.task_of; a bad field is one line naming it)."""
+    `tools`, else ground_truth.tool_schemas) as a Task (lib.inputs.data.task_of; a bad field is one line naming it)."""
     question = ground_truth.get("question_content", "") if isinstance(ground_truth, dict) else ""
     messages = list(prompt) if prompt is not None else [{"role": "user", "content": str(question)}]
     row = {"prompt": messages, "reward_model": {"ground_truth": ground_truth}, "extra_info": extra_info or {}}
@@ -164,7 +164,7 @@ def task_of_sample(ground_truth, extra_info=None, prompt=None, tools=None):
 
 def charges(env=os.environ):
     """Eq. 16's c and b as rewards.score's keywords, from env SLCA_EXTRA_CALL_COST and SLCA_EXTRA_BLOCK_COST (0
-    when unset). ValueError, one line naming the variable, outside the range of train.py's flag (lib/config.py)."""
+    when unset). ValueError, one line naming the variable, outside the range of train.py's flag (lib/runs/config.py)."""
     out = {}
     for key, flag, name in (("SLCA_EXTRA_CALL_COST", "extra_call_cost", "extra_cost"),
                             ("SLCA_EXTRA_BLOCK_COST", "extra_block_cost", "block_cost")):
@@ -195,7 +195,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, judg
 
 
 def simulator():
-    """SGLS for the agent loop: the LLM on env SLCA_SIM_URL/_MODEL (lib/llm.py), else replay of the recorded
+    """SGLS for the agent loop: the LLM on env SLCA_SIM_URL/_MODEL (lib/frozen/llm.py), else replay of the recorded
     responses; the paper preset's light schema check (the release's). One per process."""
     if not _SIMS:
         _SIMS["sim"] = Simulator(client=llm.client("sim"), schema_check="light")

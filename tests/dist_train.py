@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from lib import dist
+from lib.training import dist
 import train
 
 real_update, real_save = train.ppo_update, train.save_checkpoint

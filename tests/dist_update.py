@@ -2,7 +2,7 @@
 test (tests/test_distributed.py): `torchrun --nproc_per_node N tests/dist_update.py OUT`.
 
 Every rank builds the same global batch (4 prompts × G = 2 rollouts, seeded) and keeps the
-rows of its prompts (lib.dist.rank_prompts); with N > 1 the policy is sharded with FSDP2 on the
+rows of its prompts (lib.training.dist.rank_prompts); with N > 1 the policy is sharded with FSDP2 on the
 gloo backend. As in train.rl_step, the policy first runs a forward under `gathered` (the
 sampling), then the update. Rank 0 saves (weights, loss, grad norm) of each case in CASES to
 OUT: both loss aggregations on rows of random ids, token-mean on rows whose G rollouts share
@@ -12,7 +12,8 @@ import sys
 
 import torch
 
-from lib import checkpoints, dist
+from lib.runs import checkpoints
+from lib.training import dist
 import train
 from helpers import tiny_model
 

@@ -7,9 +7,9 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from lib import tiny
-from lib.chat import with_tools
-from lib.precision import native_bf16
+from lib.training import tiny
+from lib.inputs.chat import with_tools
+from lib.training.precision import native_bf16
 
 CORPUS = ['{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}',
           "The weather in Paris is 21 degrees and sunny. The answer is 42.",

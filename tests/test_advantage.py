@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from advantage import group_normalize, grpo_advantages, route, slca_advantages, toolpo_advantages
-from lib.groups import normalize
+from lib.training.groups import normalize
 from segment import segment_masks
 
 EPS = 1e-6
@@ -56,7 +56,7 @@ def test_vectorised_matches_loop(seed, G, norm_by_std):
 @pytest.mark.parametrize("seed", range(40))
 @pytest.mark.parametrize("stats", ["exact", "release"])
 def test_vectorised_is_the_plain_statement_bit_for_bit(seed, stats):
-    """lib/groups.normalize, the default path, against advantage.group_normalize, Eq. 7 one group at a time:
+    """lib/training/groups.normalize, the default path, against advantage.group_normalize, Eq. 7 one group at a time:
     ties, equal groups, groups of one, absent and non-finite members, sparse shuffled ids, both dtypes."""
     gen = torch.Generator().manual_seed(seed)
     B = 60

@@ -1,4 +1,4 @@
-"""One cast of the weights per RL step (lib.precision.cast_once): train.py in bf16 on a CPU, its
+"""One cast of the weights per RL step (lib.training.precision.cast_once): train.py in bf16 on a CPU, its
 casts counted as they happen (every float32 -> bf16 copy torch makes of a policy weight's storage)."""
 import collections
 import contextlib
@@ -10,8 +10,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import train
 from helpers import write_world
-import lib.precision
-from lib.precision import native_bf16
+import lib.training.precision
+from lib.training.precision import native_bf16
 
 
 class Casts(TorchDispatchMode):
@@ -104,7 +104,7 @@ def test_cast_once_puts_the_float32_masters_back():
     """Inside: the matmul weights are bf16 casts (the tied head too), the embedding float32; on
     exit, also by an error, the very float32 parameters the optimizer holds are back."""
     from helpers import tiny_model
-    from lib.precision import cast_once
+    from lib.training.precision import cast_once
     model = tiny_model()
     before = dict(model.named_parameters())
     with pytest.raises(RuntimeError):
@@ -117,14 +117,14 @@ def test_cast_once_puts_the_float32_masters_back():
 
 
 def test_reference_computes_as_the_policy_in_bf16(tmp_path):
-    """The RL reference (lib.precision.frozen_cast) gives the policy's log-probs bit for bit under
+    """The RL reference (lib.training.precision.frozen_cast) gives the policy's log-probs bit for bit under
     autocast, in the update's forward and under cast_once alike, so the KL at RL step 0 is exactly 0;
     loaded whole in bf16 (the norms and embeddings rounded too), it did not. The tied head stays one
     float32 tensor, cast by autocast at each forward."""
     from helpers import tiny_model
-    from lib.logprobs import token_logprobs
-    from lib.model import load_policy
-    from lib.precision import autocast, cast_once, frozen_cast
+    from lib.training.logprobs import token_logprobs
+    from lib.training.model import load_policy
+    from lib.training.precision import autocast, cast_once, frozen_cast
     model = tiny_model()
     model.save_pretrained(tmp_path)
     ref = frozen_cast(load_policy(str(tmp_path), "float32")[0], "bfloat16")
@@ -164,8 +164,8 @@ def test_one_process_bf16_kv_cache_is_bf16():
     not) the rotated keys come out float32 (float32 rotary tables) and the sampler's cache holds them,
     and the values, in bf16 (tests/test_rollout_sample.py: the same ids and log-probs)."""
     from helpers import tiny_model
-    from lib import sampler
-    from lib.precision import autocast, cast_once
+    from lib.sampling import sampler
+    from lib.training.precision import autocast, cast_once
     model = tiny_model()
     for once in (True, False):
         with torch.no_grad(), autocast("bfloat16", "cpu"), cast_once(model, "bfloat16" if once else "float32"):
@@ -175,7 +175,7 @@ def test_one_process_bf16_kv_cache_is_bf16():
 
 
 def test_native_bf16_reads_the_cpu_flags_and_train_py_says_when_it_is_emulated(tmp_path, monkeypatch, capsys):
-    """lib.precision.native_bf16 from /proc/cpuinfo's flags line; train.py's one-line note (eval.py's the same) under
+    """lib.training.precision.native_bf16 from /proc/cpuinfo's flags line; train.py's one-line note (eval.py's the same) under
     --dtype bfloat16 on a CPU without them (printed before the data is read: a bad row then ends the run)."""
     info, bad = tmp_path / "cpuinfo", tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
@@ -185,7 +185,7 @@ def test_native_bf16_reads_the_cpu_flags_and_train_py_says_when_it_is_emulated(t
         assert native_bf16("cpu", str(info)) is native, flags
     assert native_bf16("cpu", str(tmp_path / "none")) and native_bf16("cuda", str(info))  # unknown, a GPU: no note
     for native, dtype in [(False, "bfloat16"), (True, "bfloat16"), (False, "float32")]:
-        monkeypatch.setattr(lib.precision, "native_bf16", lambda device, n=native: n)
+        monkeypatch.setattr(lib.training.precision, "native_bf16", lambda device, n=native: n)
         with pytest.raises(SystemExit, match="bad.jsonl"):
             train.main(["--data", str(bad), "--dtype", dtype, "--out", str(tmp_path / "run")])
         said = "no native bfloat16" in capsys.readouterr().out
@@ -197,8 +197,8 @@ def test_dtype_auto_takes_what_the_cpu_computes_natively(tmp_path, monkeypatch, 
     AVX2-only one; the resolved dtype is the config's (old log-probs recomputed only below float32), and the
     run's first lines say which."""
     import functools
-    from lib import config
-    from lib.precision import auto_dtype
+    from lib.runs import config
+    from lib.training.precision import auto_dtype
     info, bad = tmp_path / "cpuinfo", tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
     gguf = tmp_path / "m.gguf"  # a --model, so the preset is smol's own (never loaded: the bad row ends the run first)

@@ -1,4 +1,4 @@
-"""lib/compiled.py compiled (`--sampler compiled`): the same ids and log-probs as `--sampler
+"""lib/sampling/compiled.py compiled (`--sampler compiled`): the same ids and log-probs as `--sampler
 cached` and the reference, one graph for every step (rows leaving the batch down to the last
 one, the cache growing), and hooked models refused (under torchrun: at start). The step itself, uncompiled, is tested
 against a cacheless reference in tests/test_rollout_sample.py. The first test compiles the
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from helpers import tiny_model, tokenizer
-from lib import compiled, sampler
-from lib.sampler import sample
+from lib.sampling import compiled, sampler
+from lib.sampling.sampler import sample
 from rollout import prompt_ids, rollout, stop_ids
 from test_rollout import EchoSim, calling, world
 

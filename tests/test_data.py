@@ -1,4 +1,4 @@
-"""lib/data.py loaders on every layout (the release's preview rows, good, malformed and hostile rows,
+"""lib/inputs/data.py loaders on every layout (the release's preview rows, good, malformed and hostile rows,
 fuzzed rows), the release download (mocked) and the shipped tool world."""
 import ast
 import collections
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lib import data
-from lib.data import PARALLEL_TYPES, DataError, Task, drop_long, load_sft, load_tasks, parallel_type_of, release_files
+from lib.inputs import data
+from lib.inputs.data import PARALLEL_TYPES, DataError, Task, drop_long, load_sft, load_tasks, parallel_type_of, release_files
 from rewards import FactsJudge
 from helpers import hub_cache
 from tools import make_world
@@ -366,10 +366,10 @@ def test_train_questions_mostly_distinct(world):
 
 
 def test_demo_tokenizer_copies_ids_and_loads_as_built(world, tmp_path):
-    """lib/tiny.py's tokenizer on the shipped world: each offered tool is one token, a name has
+    """lib/training/tiny.py's tokenizer on the shipped world: each offered tool is one token, a name has
     one id in the question, the call and the tool response, and the folder train.py loads
     (AutoTokenizer gives Qwen2Tokenizer, which swaps in Qwen2.5's split) encodes as built."""
-    from lib import tiny
+    from lib.training import tiny
     from transformers import AutoTokenizer
     tasks, convs = world["rl"][:100], world["sft"][:100]
     tiny.build(tmp_path, tiny.world_texts(tasks, convs), 0, 32, 1, 2)
@@ -426,7 +426,7 @@ def test_release_rl_preview_rows_load_as_tasks(tmp_path):
 
 
 def tool_prompt(tools):
-    from lib.chat import tools_prompt
+    from lib.inputs.chat import tools_prompt
     return tools_prompt(tools)
 
 

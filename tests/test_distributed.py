@@ -27,13 +27,13 @@ import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file
 
 import dist_update
-from lib import logprobs
+from lib.training import logprobs
 import train
 from helpers import tiny_model
 from runs import same
-from lib.model import load_policy
-from lib.checkpoints import Shards
-from lib.precision import autocast
+from lib.training.model import load_policy
+from lib.runs.checkpoints import Shards
+from lib.training.precision import autocast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LR = 1e-2  # tests/dist_update.py's --lr

@@ -1,4 +1,4 @@
-"""The one special-token-safe encoder (lib.chat.plain_ids / template_ids / chat_ids, and
+"""The one special-token-safe encoder (lib.inputs.chat.plain_ids / template_ids / chat_ids, and
 sft.example built on them): untrusted text with lone surrogates never kills a rollout, an RL
 step or SFT; special-token strings in any message stay text; SFT masks come by construction.
 Run with the demo tokenizer and with a ChatML tokenizer of another layout (Qwen2's
@@ -10,11 +10,11 @@ import pytest
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from lib import sft
+from lib.training import sft
 import train
 from helpers import CORPUS, tokenizer, verl_row, write_jsonl
 from rollout import prompt_ids, rollout, tool_turn_ids
-from lib.text import take_unencodable
+from lib.inputs.text import take_unencodable
 from simulator import Simulator
 from test_rollout import ANSWER, CALL, Scripted, task
 

@@ -1,4 +1,4 @@
-"""eval.py and lib/evalcli.py: toucan metrics, result files (fingerprint, resume), aggregation, the benchmark
+"""eval.py and lib/runs/evalcli.py: toucan metrics, result files (fingerprint, resume), aggregation, the benchmark
 model adapters (bench/models.py, bench/hermes.py), CLI smoke runs of every benchmark on a
 tiny local model, and the plots."""
 import json
@@ -14,12 +14,12 @@ import pytest
 import torch
 
 import eval as E
-import lib.precision
-from lib import evalcli
-from lib.files import append_jsonl, read_jsonl
+import lib.training.precision
+from lib.runs import evalcli
+from lib.runs.files import append_jsonl, read_jsonl
 import bench.__main__ as B
 from bench import hermes, models
-from lib.data import Task
+from lib.inputs.data import Task
 from helpers import tiny_model, tokenizer
 import rewards
 from rewards import FactsJudge
@@ -437,7 +437,7 @@ def test_toucan_cli_refuses_another_models_file(tiny_dir, tmp_path):
 
 
 def test_toucan_cli_says_when_bf16_is_emulated(tiny_dir, tmp_path, monkeypatch, capsys):
-    """eval.py's one-line note (lib.precision.bf16_note) under --dtype bfloat16 on a CPU without native bf16,
+    """eval.py's one-line note (lib.training.precision.bf16_note) under --dtype bfloat16 on a CPU without native bf16,
     printed before the model loads; none when the CPU has it or the dtype is float32."""
     class Loading(Exception):
         pass
@@ -446,7 +446,7 @@ def test_toucan_cli_says_when_bf16_is_emulated(tiny_dir, tmp_path, monkeypatch, 
         raise Loading
     monkeypatch.setattr(E, "load_policy", load)
     for native, dtype in [(False, "bfloat16"), (True, "bfloat16"), (False, "float32")]:
-        monkeypatch.setattr(lib.precision, "native_bf16", lambda device, n=native: n)
+        monkeypatch.setattr(lib.training.precision, "native_bf16", lambda device, n=native: n)
         with pytest.raises(Loading):
             E.main(["toucan", "--model", tiny_dir, "--dtype", dtype, "--device", "cpu", "--limit", "1",
                     "--out", str(tmp_path / f"{dtype}-{native}.jsonl")])

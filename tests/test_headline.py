@@ -16,7 +16,7 @@ import pytest
 
 from blocks import command, substituted
 from helpers import Server, chat, hub_cache, tiny_model, tokenizer
-from lib.data import FETCH, RELEASE_FILES
+from lib.inputs.data import FETCH, RELEASE_FILES
 from test_data import RL_PREVIEW, SFT_PREVIEW, as_conversations
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FOLDERS = ("lib", "bench", "credit", "experiments", "integrations", "tools")  # tests/ and data/ are not imported
+FOLDERS = ("lib", *(f"lib/{r}" for r in ("inputs", "training", "sampling", "frozen", "runs")), "bench", "credit",
+           "experiments", "integrations", "tools")  # tests/ and data/ are not imported
 SCRIPTS = {"integrations.trl_example"}  # runs when imported: tests/test_snippets.py runs it
 
 
@@ -18,8 +19,8 @@ def modules():
     """Every module of the project outside tests/, as a dotted name."""
     names = [f[:-3] for f in os.listdir(ROOT) if f.endswith(".py")]
     for d in FOLDERS:
-        names += [d if f == "__init__.py" else f"{d}.{f[:-3]}" for f in os.listdir(os.path.join(ROOT, d))
-                  if f.endswith(".py")]
+        names += [d.replace("/", ".") + ("" if f == "__init__.py" else f".{f[:-3]}")
+                  for f in os.listdir(os.path.join(ROOT, d)) if f.endswith(".py")]
     return sorted(set(names) - SCRIPTS)
 
 

@@ -20,7 +20,7 @@ import torch
 
 import advantage
 import rewards
-from lib import llm
+from lib.frozen import llm
 from segment import segment_masks
 from blocks import block, commands
 from helpers import tokenizer, verl_row

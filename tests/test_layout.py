@@ -27,10 +27,36 @@ ABOVE = {"bench", "experiments", "tools", "credit", "integrations"}  # the folde
 FOLDERS = {"lib", "bench", "experiments", "tools", "credit"}  # the Python folders; each holds one kind of thing
 
 
+ROOMS = ["inputs", "training", "sampling", "frozen", "runs"]  # lib/'s rooms; each imports only the rooms before it
+
+
 def test_lib_imports_no_top_level_module_nor_a_folder_above_it():
-    for path in (ROOT / "lib").glob("*.py"):
+    for path in (ROOT / "lib").rglob("*.py"):
         bad = imports(path) & (TOP | ABOVE)
         assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+def rooms(path):
+    """The lib rooms whose modules `path` imports."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+        out |= {n.split(".")[1] for n in names if n.startswith("lib.")}
+    return out
+
+
+def test_lib_is_rooms_by_role_each_importing_only_the_rooms_before_it():
+    """lib/ holds no module of its own, only the rooms its docstring names, in that order; a room imports
+    itself and the rooms before it (inputs, training, sampling, frozen, runs), never one after it."""
+    assert sorted(p.name for p in (ROOT / "lib").glob("*.py")) == ["__init__.py"]
+    found = sorted(p.name for p in (ROOT / "lib").iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert found == sorted(ROOMS)
+    assert re.findall(r"^    (\w+)/", (ROOT / "lib" / "__init__.py").read_text(), flags=re.M) == ROOMS
+    for i, room in enumerate(ROOMS):
+        for path in (ROOT / "lib" / room).glob("*.py"):
+            after = rooms(path) - set(ROOMS[:i + 1])
+            assert not after, f"lib/{room}/{path.name} imports lib/{sorted(after)}, a room after its own"
 
 
 def test_no_python_folder_besides_the_named_ones():
@@ -65,7 +91,7 @@ def test_the_integrations_import_the_top_level_and_nothing_imports_them():
     """integrations/ (verl, TRL) call the reference's functions; only their tests import them."""
     for path in (ROOT / "integrations").glob("*.py"):
         assert not imports(path) & (ABOVE | {"tests"}) - {"integrations"}, f"integrations/{path.name}"
-    for path in [*ROOT.glob("*.py"), *[p for d in FOLDERS for p in (ROOT / d).glob("*.py")]]:
+    for path in [*ROOT.glob("*.py"), *[p for d in FOLDERS for p in (ROOT / d).rglob("*.py")]]:
         assert "integrations" not in imports(path), f"{path.relative_to(ROOT)} imports integrations"
 
 
@@ -89,7 +115,7 @@ def test_no_citation_points_outside_the_repository():
 
 def test_no_function_over_60_lines_without_a_reason():
     """The style rule: a function over ~60 lines says why in its docstring ("Long because ...")."""
-    for path in [*ROOT.glob("*.py"), *(ROOT / "lib").glob("*.py"), *(ROOT / "bench").glob("*.py"),
+    for path in [*ROOT.glob("*.py"), *(ROOT / "lib").rglob("*.py"), *(ROOT / "bench").glob("*.py"),
                  *(ROOT / "experiments").glob("*.py"), *(ROOT / "tools").glob("*.py"), *(ROOT / "credit").glob("*.py"),
                  *(ROOT / "integrations").glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):

@@ -1,4 +1,4 @@
-"""Clients (lib/llm.py) and the LLM judge (lib/judges.py): a real local HTTP server, a tiny local model,
+"""Clients (lib/frozen/llm.py) and the LLM judge (lib/frozen/judges.py): a real local HTTP server, a tiny local model,
 judge parsing."""
 import argparse
 import itertools
@@ -15,11 +15,11 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from lib import judges, llm
-from lib.judges import LLMJudge, parse_rating, parse_verdict
-from lib.llm import HFClient, HTTPClient, add_client_flags
+from lib.frozen import judges, llm
+from lib.frozen.judges import LLMJudge, parse_rating, parse_verdict
+from lib.frozen.llm import HFClient, HTTPClient, add_client_flags
 from helpers import Server, chat, linear
-from lib.text import loads
+from lib.inputs.text import loads
 from simulator import Simulator
 
 torch.set_num_threads(1)
@@ -223,7 +223,7 @@ def test_simulator_marks_a_dead_endpoint_failed(serve):
 # ---- flags ----------------------------------------------------------------------------------
 
 def test_flags_and_env_fallbacks(monkeypatch):
-    from eval import llm_client  # the flags -> lib.llm.client glue of train.py, eval.py and bench
+    from eval import llm_client  # the flags -> lib.frozen.llm.client glue of train.py, eval.py and bench
     for var in ("SLCA_SIM_URL", "SLCA_SIM_MODEL", "SLCA_SIM_KEY", "SLCA_JUDGE_URL", "SLCA_JUDGE_MODEL",
                 "SLCA_JUDGE_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
@@ -291,7 +291,7 @@ def test_hf_client_batch_in_one_string_per_item_out(tiny):
 
 def test_hf_client_takes_a_lone_surrogate(tiny):
     """A question or recorded response holding a lone surrogate reaches an in-process judge as
-    U+FFFD (lib.text.encodable) instead of a TypeError out of the tokenizer."""
+    U+FFFD (lib.inputs.text.encodable) instead of a TypeError out of the tokenizer."""
     model, tok = tiny
     out = HFClient((model, tok), device="cpu").complete([[{"role": "user", "content": "rate \ud800 this"}]], 0, 4)
     assert len(out) == 1 and isinstance(out[0], str)

@@ -1,4 +1,4 @@
-"""LoRA (train.py --lora-r, lib/lora.py) at toy size through train.py: SFT and RL train adapters only
+"""LoRA (train.py --lora-r, lib/training/lora.py) at toy size through train.py: SFT and RL train adapters only
 (SFT's change to the base is its merged adapter, of rank <= r; the base a run ends with is the SFT
 folder bit for bit; the optimizer holds adapter tensors only), the reference log-probs are the frozen
 SFT model's exactly, a SIGKILL after a checkpoint and --resume end with an uninterrupted run's
@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 import train
-from lib import dist, lora
-from lib.model import load_policy
+from lib.training import dist, lora
+from lib.training.model import load_policy
 from helpers import write_world
 from runs import ARGS, killed_then_resumed, run, same
 

@@ -9,8 +9,8 @@ from torch.utils._pytree import tree_leaves
 from transformers import StoppingCriteriaList
 
 from helpers import tiny_model, tokenizer
-from lib import tiny
-from lib.sampler import sample
+from lib.training import tiny
+from lib.sampling.sampler import sample
 from rollout import TurnEnd, generate, stop_ids
 
 

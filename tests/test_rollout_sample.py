@@ -1,14 +1,14 @@
-"""lib.sampler.sample against a reference without a KV cache: rows that stop at different steps
+"""lib.sampling.sampler.sample against a reference without a KV cache: rows that stop at different steps
 (live rows moving into the slots of stopped ones, the cache grown past its preallocated
 columns), then a second turn from the returned per-row caches; each decoding step through the
-model's forward (`--sampler cached`) and through lib/compiled.py's step, uncompiled (`--sampler
+model's forward (`--sampler cached`) and through lib/sampling/compiled.py's step, uncompiled (`--sampler
 compiled` runs it compiled: tests/test_compiled.py)."""
 import pytest
 import torch
 
 from helpers import tiny_model, tokenizer
-from lib import compiled, sampler
-from lib.sampler import sample
+from lib.sampling import compiled, sampler
+from lib.sampling.sampler import sample
 from rollout import stop_ids
 
 
@@ -127,7 +127,7 @@ def test_an_autocast_cache_holds_what_attention_reads_and_changes_no_id(decode):
     """Under bf16 autocast the keys leave rotary in float32 and attention casts them to bf16 at
     every step; the cache stores them cast once instead: two turns' ids and log-probs are bit for bit
     those of a float32-key cache, at temperature 0 and 1, and the caches hold bf16."""
-    from lib.precision import autocast, cast_once
+    from lib.training.precision import autocast, cast_once
     tok, model = tokenizer(), tiny_model(seed=1)
     seqs = [tok.encode(p, add_special_tokens=False) for p in ("The weather in Paris is", "<tool_call>\n[")] * 3
     budgets, real = [5, 9, 3, 12, 7, 6], sampler.batch_cache

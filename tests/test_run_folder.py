@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from lib import runfolder
+from lib.runs import runfolder
 from helpers import write_world
 from runs import ARGS, ROOT, SIGNAL_ITSELF, logged, run, same, weights
 
@@ -52,7 +52,7 @@ def test_a_rerun_never_truncates_an_earlier_run(tmp_path):
     assert (out / "metrics.jsonl").read_text() == '{"step": 0}\n'
 
 
-HOLD = "import sys, time; from lib import runfolder; f = runfolder.lock(sys.argv[1], 0); print('held', flush=True); time.sleep(300)"
+HOLD = "import sys, time; from lib.runs import runfolder; f = runfolder.lock(sys.argv[1], 0); print('held', flush=True); time.sleep(300)"
 
 
 @pytest.mark.slow

@@ -180,7 +180,7 @@ def test_json_depth_bound_can_be_raised_and_deep_values_survive_the_pipeline():
     from types import SimpleNamespace
 
     import rewards
-    import lib.text
+    import lib.inputs.text
     from simulator import Simulator
 
     def call(depth):  # a call whose JSON nests `depth` levels: {"arguments": {"a": [[...]]}}
@@ -194,24 +194,24 @@ def test_json_depth_bound_can_be_raised_and_deep_values_survive_the_pipeline():
     seen = []
 
     def run():  # a worker thread, as score_rollouts runs it; the rollout keeps asdict of each call
-        for text in (call(200), call(lib.text.MAX_SAFE_DEPTH)):
+        for text in (call(200), call(lib.inputs.text.MAX_SAFE_DEPTH)):
             [(calls, _)] = Simulator(schema_check="full").respond([text], [task])
             seen.append((score(text), calls[0].error, len(json.dumps(dataclasses.asdict(calls[0]))) > 0))
         try:
-            lib.text.loads("[" * 5000)
+            lib.inputs.text.loads("[" * 5000)
         except ValueError as e:
             seen.append(str(e))
     try:
-        lib.text.set_json_depth(lib.text.MAX_SAFE_DEPTH)
+        lib.inputs.text.set_json_depth(lib.inputs.text.MAX_SAFE_DEPTH)
         t = threading.Thread(target=run)
         t.start()
         t.join()
     finally:
-        lib.text.set_json_depth(lib.text.MAX_JSON_DEPTH)
-    assert seen == [(1.0, "", True), (1.0, "", True), f"JSON nested deeper than {lib.text.MAX_SAFE_DEPTH} levels"]
-    for bad in (0, lib.text.MAX_SAFE_DEPTH + 1):
+        lib.inputs.text.set_json_depth(lib.inputs.text.MAX_JSON_DEPTH)
+    assert seen == [(1.0, "", True), (1.0, "", True), f"JSON nested deeper than {lib.inputs.text.MAX_SAFE_DEPTH} levels"]
+    for bad in (0, lib.inputs.text.MAX_SAFE_DEPTH + 1):
         with pytest.raises(ValueError, match="1..256"):
-            lib.text.set_json_depth(bad)
+            lib.inputs.text.set_json_depth(bad)
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,7 +265,7 @@ def test_decision_is_bounded_on_hostile_text():
 
 def test_decision_on_the_demo_tokenizer():
     """The demo's BPE keeps <tool_call> one id: the decision is the summary turn's first token."""
-    from lib.tiny import build_tokenizer
+    from lib.training.tiny import build_tokenizer
     tok = build_tokenizer(["The weather in Paris is sunny.", '<tool_call>\n{"name": "w"}\n</tool_call>'] * 4)
     call = tok('<tool_call>\n{"name": "w"}\n</tool_call>', add_special_tokens=False)["input_ids"]
     answer = tok("The weather in Paris is sunny.", add_special_tokens=False)["input_ids"]

@@ -1,4 +1,4 @@
-"""SFT passes by token budget (train.py --sft-tokens, lib/sft.py `passes`): through train.py, the
+"""SFT passes by token budget (train.py --sft-tokens, lib/training/sft.py `passes`): through train.py, the
 padded ids of every forward/backward counted against the budget, and the losses and gradients
 against the row-count passes."""
 import json
@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 import train
-from lib import sft
+from lib.training import sft
 from helpers import CALL, write_jsonl, write_world
 from test_distributed import tail, torchrun
 

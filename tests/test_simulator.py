@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import lib.schema
+import lib.frozen.schema
 import simulator
 from segment import Call
 from simulator import FAILED, NO_CALL, NO_RESULT, Simulator, parse_calls, truncate, unwrap
@@ -306,15 +306,15 @@ def test_schema_patterns_are_time_bounded(monkeypatch):
         return [{"type": "function", "function": {"name": "now", "parameters": {"type": "object", **prop}}}]
 
     catastrophic = tools({"properties": {"x": {"type": "string", "pattern": "^(a|aa)+$"}}})
-    budgets, search = [], lib.schema.regex.search
+    budgets, search = [], lib.frozen.schema.regex.search
 
     def spy(pattern, text, timeout):  # a structural bound: every match runs under the call's budget
         budgets.append(timeout)
         return search(pattern, text, timeout=timeout)
-    monkeypatch.setattr(lib.schema.regex, "search", spy)
+    monkeypatch.setattr(lib.frozen.schema.regex, "search", spy)
     assert one(Simulator(), turn({"name": "now", "arguments": {"x": "a" * 60 + "!"}}), task(catastrophic)) == [
         NO_RESULT]  # out of time counts as matching; re would backtrack for years
-    assert budgets and all(0 < b <= lib.schema.PATTERN_SECONDS for b in budgets)
+    assert budgets and all(0 < b <= lib.frozen.schema.PATTERN_SECONDS for b in budgets)
     plain = tools({"properties": {"x": {"pattern": "^[a-z]+$"}}, "patternProperties": {"^n_": {"type": "integer"}}})
     assert one(Simulator(), turn({"name": "now", "arguments": {"x": "A1"}}), task(plain)) == [
         "Tool 'now' arguments do not match its schema: 'A1' does not match '^[a-z]+$' at '$.x'"]
@@ -385,8 +385,8 @@ def test_exponential_any_of_runs_over_the_step_budget(monkeypatch):
     assert check(nested_any_of(20), {"x": 5}) == OVER  # jsonschema: 2**20 paths, minutes
     assert check(nested_any_of(20), {"x": "s"}) == NO_RESULT  # anyOf stops at the first branch that holds
     linear(lambda n: check(nested_any_of(n), {"x": 5}), lambda k: [k], 20)
-    monkeypatch.setattr(lib.schema, "SCHEMA_SECONDS", 1e9)  # the verdict is the step count's, not the clock's
-    monkeypatch.setattr(lib.schema, "MAX_STEPS", 4 * 2 ** 4)
+    monkeypatch.setattr(lib.frozen.schema, "SCHEMA_SECONDS", 1e9)  # the verdict is the step count's, not the clock's
+    monkeypatch.setattr(lib.frozen.schema, "MAX_STEPS", 4 * 2 ** 4)
     assert check(nested_any_of(3), {"x": 5}).startswith("Tool 'f' arguments do not match its schema: 5 is not valid")
     assert check(nested_any_of(5), {"x": 5}) == OVER
 
@@ -405,9 +405,9 @@ def test_a_turns_calls_share_one_budget_and_calls_past_it_cannot_be_checked(monk
     """Each call within MAX_STEPS, all of a turn's within TURN_STEPS: a call the turn's remainder cannot check,
     and every later call of that turn, get the "could not be checked" error (an invalid call, as one over its own
     steps); the next turn starts afresh."""
-    monkeypatch.setattr(lib.schema, "SCHEMA_SECONDS", 1e9)  # the verdicts are the step counts', not the clock's
-    monkeypatch.setattr(lib.schema, "MAX_STEPS", 64)
-    monkeypatch.setattr(lib.schema, "TURN_STEPS", 150)
+    monkeypatch.setattr(lib.frozen.schema, "SCHEMA_SECONDS", 1e9)  # the verdicts are the step counts', not the clock's
+    monkeypatch.setattr(lib.frozen.schema, "MAX_STEPS", 64)
+    monkeypatch.setattr(lib.frozen.schema, "TURN_STEPS", 150)
     t = two_tools(nested_any_of(20), {"type": "object", "properties": {"y": {"type": "integer"}}})
     hostile, good, bad = {"name": "f", "arguments": {"x": 5}}, {"name": "g", "arguments": {"y": 1}}, {
         "name": "g", "arguments": {"y": "a"}}
@@ -423,9 +423,9 @@ def test_a_turns_calls_share_one_budget_and_calls_past_it_cannot_be_checked(monk
 def test_a_turn_of_hostile_calls_costs_what_a_quarter_of_them_do(monkeypatch):
     """Growth, not a time: a turn of 4n calls to a schema that runs each over its steps and to a catastrophic
     pattern costs about what n such calls do (without the turn's budget, 4 times as much)."""
-    monkeypatch.setattr(lib.schema, "MAX_STEPS", 1000)  # ~20 ms a call here, so the test takes a second
-    monkeypatch.setattr(lib.schema, "TURN_STEPS", 4000)
-    monkeypatch.setattr(lib.schema, "PATTERN_SECONDS", 0.02)
+    monkeypatch.setattr(lib.frozen.schema, "MAX_STEPS", 1000)  # ~20 ms a call here, so the test takes a second
+    monkeypatch.setattr(lib.frozen.schema, "TURN_STEPS", 4000)
+    monkeypatch.setattr(lib.frozen.schema, "PATTERN_SECONDS", 0.02)
     sim, t = Simulator(max_calls=1000), two_tools(nested_any_of(20), CATASTROPHIC)
     text = lambda n: turn(*[{"name": "f", "arguments": {"x": 5}}, {"name": "g", "arguments": {"y": "a" * 60 + "!"}}] * n)  # noqa: E731
     for last in (False, True):
@@ -439,7 +439,7 @@ def test_a_turn_of_hostile_calls_costs_what_a_quarter_of_them_do(monkeypatch):
 
 
 def test_a_metaschema_check_over_budget_checks_the_schema_light(monkeypatch):
-    monkeypatch.setattr(lib.schema, "META_STEPS", 10)  # the 2020-12 metaschema takes more for any schema
+    monkeypatch.setattr(lib.frozen.schema, "META_STEPS", 10)  # the 2020-12 metaschema takes more for any schema
     sim = Simulator()
     with pytest.warns(UserWarning, match="invalid JSON schema, checked light only: OverBudget: the check ran over"):
         assert check(TOOLS[0]["function"]["parameters"], {"city": 5, "unit": "c"}, sim) == NO_RESULT
@@ -448,8 +448,8 @@ def test_a_metaschema_check_over_budget_checks_the_schema_light(monkeypatch):
 
 def test_arguments_over_the_size_budget_are_not_validated():
     schema = {"type": "object", "properties": {"x": {"type": "array"}, "n": {"multipleOf": 0.01}}}
-    assert check(schema, {"x": [0] * (lib.schema.MAX_VALUES - 2)}) == NO_RESULT  # the object, its array, the items
-    assert check(schema, {"x": [0] * (lib.schema.MAX_VALUES - 1)}) == UNCHECKED + "they hold more than 5000 values"
+    assert check(schema, {"x": [0] * (lib.frozen.schema.MAX_VALUES - 2)}) == NO_RESULT  # the object, its array, the items
+    assert check(schema, {"x": [0] * (lib.frozen.schema.MAX_VALUES - 1)}) == UNCHECKED + "they hold more than 5000 values"
     assert check(schema, {"n": 10 ** 300 - 1}) == NO_RESULT  # validated: jsonschema divides as floats
     assert check(schema, {"n": -10 ** 300}) == UNCHECKED + "an integer has more than 300 digits"
     assert check(schema, {"n": 1e308}) == (  # a float is never too big: jsonschema falls back to Fraction
@@ -681,7 +681,7 @@ def test_every_reply_parser_is_linear(tmp_path):
         (tmp_path / str(n)).mkdir()
         (tmp_path / str(n) / "sgls_cache.jsonl").write_text("\n".join(replies[n]))
 
-    def ask(n):  # unwrap, then the raw-JSON fallback (lib/sgls.py json_text), then truncation
+    def ask(n):  # unwrap, then the raw-JSON fallback (lib/frozen/sgls.py json_text), then truncation
         for text in replies[n]:
             [obs] = one(Simulator("llm", Scripted(lambda p: text), retries=0), turn({"name": "now"}))
             assert len(obs) <= 2048

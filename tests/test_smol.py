@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from lib.data import load_tasks
-from lib.files import read_jsonl
+from lib.inputs.data import load_tasks
+from lib.runs.files import read_jsonl
 from helpers import DTYPE
 from experiments import smol
 

@@ -1,4 +1,4 @@
-"""lib/threads.py: the thread count follows the load, and train.py logs the count each step ran on."""
+"""lib/runs/threads.py: the thread count follows the load, and train.py logs the count each step ran on."""
 import json
 import os
 import subprocess
@@ -8,7 +8,7 @@ import types
 
 import torch
 
-import lib.threads as threads
+import lib.runs.threads as threads
 import train
 from helpers import write_world
 

@@ -11,12 +11,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import lib.model
-from lib import config, judges, logprobs, sft
+import lib.training.model
+from lib.frozen import judges
+from lib.runs import config
+from lib.training import logprobs, sft
 import advantage
 import eval as E
 import train
-from lib.files import json_safe
+from lib.runs.files import json_safe
 from helpers import CALL, tiny_model, tokenizer, verl_row, write_jsonl, write_world
 
 
@@ -63,7 +65,7 @@ def world(tmp_path):
 def test_sft_loss_falls(world):
     tmp, _, sft_path = world
     a = train.get_args(["--data", str(tmp / "rl.jsonl"), "--sft-lr", "1e-2", "--sft-batch", "4", "--sft-epochs", "8"])
-    from lib.data import load_sft
+    from lib.inputs.data import load_sft
     rows = []
     model = tiny_model()
     sft.warm_start(model, tokenizer(), load_sft(sft_path), train.sft_config(a), rows.append)
@@ -153,8 +155,8 @@ def test_load_policy_with_activation_checkpointing(tmp_path):
     torch.manual_seed(0)
     tiny_model().save_pretrained(tmp_path)
     tokenizer().save_pretrained(tmp_path)
-    plain, tok = lib.model.load_policy(str(tmp_path))
-    ckpt, _ = lib.model.load_policy(str(tmp_path), grad_ckpt=True)
+    plain, tok = lib.training.model.load_policy(str(tmp_path))
+    ckpt, _ = lib.training.model.load_policy(str(tmp_path), grad_ckpt=True)
     assert ckpt.is_activation_checkpointing and not plain.is_activation_checkpointing
     ids = torch.randint(0, len(tok), (2, 9))
     attn, mask = torch.ones_like(ids), torch.ones_like(ids)
@@ -355,8 +357,8 @@ def test_each_rl_step_runs_in_one_endpoint_window(world, monkeypatch):
 def test_a_step_of_hours_keeps_its_endpoints_by_default(world, monkeypatch):
     """A healthy run is never stopped by a step deadline: by default no window bounds an RL step (each
     request keeps its own deadline), so a step whose sampling took four hours still gets its judge's
-    answers. The judge is a real HTTP server; the clock of its client (lib.llm) and of the judge
-    (lib.judges) jumps four hours as each step starts."""
+    answers. The judge is a real HTTP server; the clock of its client (lib.frozen.llm) and of the judge
+    (lib.frozen.judges) jumps four hours as each step starts."""
     from helpers import Server, chat
     tmp, rl, _ = world
     shift = [0.0]
@@ -519,7 +521,7 @@ def test_autocast_forwards_see_every_update():
     """One autocast context held over several optimizer steps (train.py holds one over all of SFT
     and over each RL step's mini-batches): every forward runs on the weights as they are then,
     not on a cast of them cached at the first forward."""
-    from lib.precision import autocast
+    from lib.training.precision import autocast
     model, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
     with autocast("bfloat16", "cpu"):
         y0 = model(x)
@@ -604,7 +606,7 @@ def grouped_batch(left, prompts=(5, 9, 7), G=3, seed=0):
 @pytest.mark.parametrize("left", [False, True])
 @pytest.mark.parametrize("ckpt", [False, True])
 def test_shared_prompt_logprobs_and_gradients_equal_the_full_pass(left, ckpt):
-    from lib import tiny
+    from lib.training import tiny
     ids, attn, mask, groups = grouped_batch(left)
     w = torch.randn(ids.shape, generator=torch.Generator().manual_seed(1))      # a loss that weighs every token
     got = {}

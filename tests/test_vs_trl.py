@@ -8,7 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import Qwen2Config
 
 from helpers import tokenizer
-from lib import tiny
+from lib.training import tiny
 from tools import vs_trl
 
 

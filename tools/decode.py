@@ -1,5 +1,5 @@
-"""Decode-step speed: one decoding step of `--sampler cached` (lib.sampler.forward, the model's
-own forward) against `--sampler compiled` (lib/compiled.py, torch.compile), beside the step's
+"""Decode-step speed: one decoding step of `--sampler cached` (lib.sampling.sampler.forward, the model's
+own forward) against `--sampler compiled` (lib/sampling/compiled.py, torch.compile), beside the step's
 matmul floor.
 
     python -m tools.decode                         # the 10M model, 64 rows, caches of 64, 256 and 512 ids, 1 thread
@@ -8,7 +8,7 @@ matmul floor.
 
 The model is tools/vs_trl.py's "10M" (tiny.build_model: hidden 256, 12 layers, 8 heads, on
 a tokenizer trained on the shipped world). For each of --contexts, every row holds a cache of
-that many columns (lib.sampler.Slots with sample's ROOM free columns, random keys and values)
+that many columns (lib.sampling.sampler.Slots with sample's ROOM free columns, random keys and values)
 and feeds one id. The two steps run alternately on that cache, --steps times each (a step's
 new column is written, then forgotten: Slots.fill), so a loaded machine slows both alike; the
 table shows medians. The first compiled call compiles (one graph serves every context and row
@@ -16,10 +16,10 @@ count): its time is printed apart, with the totals of --steps steps at the first
 Before timing, both steps' logits are compared at each context.
 
 --dtype bfloat16 runs the steps as train.py samples in bf16: under autocast on float32 weights,
-each matmul weight cast once beforehand (lib.precision.cast_once), and adds a third step timed in
+each matmul weight cast once beforehand (lib.training.precision.cast_once), and adds a third step timed in
 the same loop, `recast`: the cached step on a float32 copy of the model under autocast alone, which
 casts every weight at every step (train.py's sampling before cast_once); `recast/cached` is the
-ratio. The cache holds bf16, as lib.sampler.sample stores it under autocast (the rotated keys
+ratio. The cache holds bf16, as lib.sampling.sampler.sample stores it under autocast (the rotated keys
 come out float32 and are cast as written), the floor's matmuls run in bf16.
 
 Floor: 2 x matmul parameters x rows (every layer's q, k, v, o, gate, up and down, and the
@@ -38,9 +38,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from lib import compiled, sampler, tiny
-from lib.precision import autocast, cast_once
-from lib.data import load_sft, load_tasks
+from lib.sampling import compiled, sampler
+from lib.training import tiny
+from lib.training.precision import autocast, cast_once
+from lib.inputs.data import load_sft, load_tasks
 
 SHAPE = (256, 12, 8)  # hidden, layers, heads: tools/vs_trl.py's "10M"
 ROWS, CONTEXTS, STEPS = 64, (64, 256, 512), 30  # --rows, --contexts, --steps

@@ -12,7 +12,7 @@ idle and loaded, is in docs/speed.md (beside another process).
 
 Settings (each run in a fresh process, so OpenMP reads its environment at start):
     default   train.py as it runs with no thread variable set: torch's default count (its physical
-              cores) while the machine is otherwise idle, fewer while it is not (lib/threads.py)
+              cores) while the machine is otherwise idle, fewer while it is not (lib/runs/threads.py)
     passive   two threads, OMP_WAIT_POLICY=PASSIVE
     spin      two threads, libgomp's default wait (spin, then sleep), as torch's default runs on
               2 cores; set here as an empty OMP_WAIT_POLICY, which libgomp rejects

@@ -52,7 +52,7 @@ import json
 import random
 from pathlib import Path
 
-from lib.chat import tools_prompt
+from lib.inputs.chat import tools_prompt
 from tools.world import ENTITIES, KINDS, SERVERS, Run, World, fmt
 
 SIZES = {"sft": 2000, "rl": 600, "eval": 200}

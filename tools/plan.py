@@ -12,7 +12,7 @@ of the weights, gradients, AdamW moments and reference, of the KV cache and of t
 activations kept under gradient checkpointing. Assumed (flags): the lengths, the MFU of the
 training passes, and the GPU's peak bf16 FLOP/s and memory bandwidth; sampling is taken at
 its bandwidth bound (every decode step reads the weights and the batch's KV cache once: each prompt's once
-for its G rows, lib/prefix_attention.py, and each row's response).
+for its G rows, lib/sampling/prefix_attention.py, and each row's response).
 
 The passes of one step (the paper preset: --old-logprobs recompute, β > 0, gradient
 checkpointing), each over every response token and each group's prompt once (T tokens):
@@ -34,7 +34,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from lib.lora import TARGETS
+from lib.training.lora import TARGETS
 
 SHAPES = {  # Qwen2.5 configs: hidden, intermediate, layers, heads, kv heads, tied embeddings
     "3B": (2048, 11008, 36, 16, 2, True),
@@ -43,12 +43,12 @@ SHAPES = {  # Qwen2.5 configs: hidden, intermediate, layers, heads, kv heads, ti
 VOCAB = 151_936        # Qwen2.5's padded vocabulary
 STATE_BYTES = 18       # per parameter: float32 weights, gradients, two AdamW moments (16) + bf16 reference (2)
 REF_EMBED_BYTES = 2    # per embedding parameter in one process: the reference keeps its embeddings float32
-                       # (lib.precision.frozen_cast), 4 B instead of the 2 counted in STATE_BYTES
-BASE_BYTES = 4         # per parameter with LoRA: the frozen float32 base (lib/lora.py)
+                       # (lib.training.precision.frozen_cast), 4 B instead of the 2 counted in STATE_BYTES
+BASE_BYTES = 4         # per parameter with LoRA: the frozen float32 base (lib/training/lora.py)
 ADAPTER_BYTES = 16     # per adapter parameter: float32 weights, gradients, two AdamW moments
 CARDS = (24, 80, 141)  # GB: an RTX 4090 / L4-class card, A100 / H100 80 GB, H200 141 GB (NVIDIA's datasheets)
 BF16 = 2               # bytes
-LOGIT_CHUNK = 1024     # positions per LM-head chunk (lib/logprobs.py)
+LOGIT_CHUNK = 1024     # positions per LM-head chunk (lib/training/logprobs.py)
 PEAK = 989e12          # H100 SXM dense bf16 FLOP/s (NVIDIA's datasheet)
 BANDWIDTH = 3.35e12    # H100 SXM HBM3 bytes/s (NVIDIA's datasheet)
 MFU = 0.40             # assumed for the training and log-prob passes
@@ -61,11 +61,11 @@ FREE = 0.10            # of a card, left to what is not counted here (CUDA conte
 GEN_BATCH = 16         # --gen-batch of the paper preset: the most rows, a multiple of G, whose sampling peak on one
                        # 80 GB GPU leaves FREE (tests/test_recipe.py)
 CAST = 6               # bytes moved by casting one weight: a float32 read and a bf16 write
-NO_GRAD_ROWS = 8       # rows per no-grad log-prob pass (lib/logprobs.py)
+NO_GRAD_ROWS = 8       # rows per no-grad log-prob pass (lib/training/logprobs.py)
 SIM_S, JUDGE_S = 2.0, 20.0  # assumed s per simulator request (a short tool answer) and per judge rating (GPT-OSS
-                            # reasoning within its 8,192 tokens, lib/judges.py); not measured: flags
+                            # reasoning within its 8,192 tokens, lib/frozen/judges.py); not measured: flags
 CALLS = 3.0            # assumed simulator requests (tool calls) per rollout: a flag
-SIM_WORKERS = 20       # simulator requests in flight per rank (lib/llm.py Client's workers, the release's 20)
+SIM_WORKERS = 20       # simulator requests in flight per rank (lib/frozen/llm.py Client's workers, the release's 20)
 JUDGE_WORKERS = 16     # judge requests in flight per rank (rewards.score_rollouts' workers)
 
 
@@ -121,7 +121,7 @@ def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mf
     train_s = (flops["log-probs"] + flops["update"]) / gpus / (mfu * peak)
     decode_steps = ROLLOUTS / gpus / gen_batch * response
     weights = n * BF16
-    prompts = -(-gen_batch // GROUP)  # a batch's prompts, each one's keys and values held once (lib/prefix_attention.py)
+    prompts = -(-gen_batch // GROUP)  # a batch's prompts, each one's keys and values held once (lib/sampling/prefix_attention.py)
     read = weights + (prompts * prompt + gen_batch * response / 2) * kv              # bytes per decode step
     sample_s = decode_steps * read / bw
     states = n * BASE_BYTES + adapter_params(cfg, lora_r) * ADAPTER_BYTES if lora_r else n * STATE_BYTES / gpus
@@ -166,7 +166,7 @@ def kv_bytes(cfg, key=BF16):
     """KV cache bytes per token, values in bf16 and keys in `key` bytes. Under FSDP2 the model computes
     in bf16; in one process under autocast the rotated keys come out float32 (float32 embeddings, so
     float32 rotary tables): the cached and compiled samplers store them cast to bf16, as attention
-    reads them (lib/sampler.py), `--sampler generate`'s DynamicCache keeps them float32 (key=4)."""
+    reads them (lib/sampling/sampler.py), `--sampler generate`'s DynamicCache keeps them float32 (key=4)."""
     kv_dim = cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads)
     return cfg.num_hidden_layers * kv_dim * (key + BF16)
 
@@ -175,7 +175,7 @@ def casts(cfg, gpus, gen_batch, micro_batch, response=RESPONSE, bw=BANDWIDTH):
     """The casts of one step's weights to bf16, per GPU: the bytes of the cast copy sampling
     holds, and seconds of their traffic (CAST bytes a weight) at `bw`. One process casts each
     matmul weight (every nn.Linear's: what autocast casts) once for sampling and the old log-probs
-    (lib.precision.cast_once), then at every forward of the update (a micro-batch's forward and its
+    (lib.training.precision.cast_once), then at every forward of the update (a micro-batch's forward and its
     checkpointed recompute); FSDP2 casts every parameter's shard before each all-gather: once to
     sample, once per no-grad log-prob pass, twice per micro-batch (forward, backward).
     `per_token_s`: sampling's casts when every decode step cast every weight (before cast_once)."""

@@ -2,17 +2,17 @@
 
     python -m tools.probe                        # 0.5B, 1.5B and 3B shapes, G = 16, on the GPU
     python -m tools.probe --sizes tiny --device cpu --prompts 1 --group-size 2 --new-tokens 8   # CPU smoke
-    python -m tools.probe --sampler compiled     # sampling by lib/sampler.py, its steps compiled (lib/compiled.py)
-    python -m tools.probe --sizes 3B --lora-r 8  # LoRA (lib/lora.py): adapters only, the reference = adapters off
+    python -m tools.probe --sampler compiled     # sampling by lib/sampling/sampler.py, its steps compiled (lib/sampling/compiled.py)
+    python -m tools.probe --sizes 3B --lora-r 8  # LoRA (lib/training/lora.py): adapters only, the reference = adapters off
 
 For each shape (Qwen2.5's: hidden, layers, heads, kv heads, MLP width, 151,936-token
 vocabulary, tied embeddings) it builds the model the way train.py does (float32 master
 weights, bf16 autocast, activation checkpointing, a bf16 reference or, with --lora-r, a LoRA
 adapter whose reference is the same weights with it off), samples, on weights cast to bf16 once
-(lib.precision.cast_once, as train.rl_step), G rollouts for
+(lib.training.precision.cast_once, as train.rl_step), G rollouts for
 each of --prompts synthetic prompts of --prompt-tokens random ids (exactly --new-tokens
-each; --sampler: Hugging Face `model.generate` as rollout.generate, or lib.sampler.sample with
-each decoding step through the model's forward, "cached", or lib/compiled.py's compiled step,
+each; --sampler: Hugging Face `model.generate` as rollout.generate, or lib.sampling.sampler.sample with
+each decoding step through the model's forward, "cached", or lib/sampling/compiled.py's compiled step,
 "compiled", whose compile time is measured apart, on a first 2-id sample), then runs the old
 and reference log-prob passes and the PPO update (train.ppo_update, the release's loss
 aggregation). It prints sampling tokens/s beside its memory-bandwidth bound, the most a step can reach (each decode step
@@ -27,11 +27,11 @@ import time
 
 import torch
 
-from lib import compiled
-from lib import logprobs
-from lib import lora
-from lib import precision
-from lib import sampler
+from lib.sampling import compiled
+from lib.training import logprobs
+from lib.training import lora
+from lib.training import precision
+from lib.sampling import sampler
 import train
 from tools import plan
 
@@ -154,7 +154,7 @@ def main(argv=None):
     p.add_argument("--bandwidth", type=float, default=plan.BANDWIDTH,
                    help="memory bandwidth of the GPU, bytes/s, for the decode bound (H200: 4.8e12)")
     p.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0],
-                   help="generate = model.generate; cached = lib/sampler.py; compiled = its steps compiled")
+                   help="generate = model.generate; cached = lib/sampling/sampler.py; compiled = its steps compiled")
     p = p.parse_args(argv)
     if p.device.startswith("cuda") and not torch.cuda.is_available():
         print("no GPU here: tools/probe.py measures a GPU step; run it on a machine with CUDA "

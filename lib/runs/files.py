@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from lib.runfolder import writing
+from lib.runs.runfolder import writing
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ class Report:
 class Logs:
     """A run's JSONL logs, out/<name>.jsonl for each of `names`, opened for appending by rank 0
     (`main`); on the other ranks every method does nothing. A failed write is one line naming
-    the file (lib.runfolder.writing). `report_to` (tensorboard, wandb or none) also sends the
+    the file (lib.runs.runfolder.writing). `report_to` (tensorboard, wandb or none) also sends the
     metrics and eval rows there (`Report`; `config`, a dict, is the W&B run's config)."""
 
     def __init__(self, out, names, main, report_to="none", config=None):

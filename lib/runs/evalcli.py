@@ -31,8 +31,8 @@ import os
 import statistics
 from pathlib import Path
 
-from lib import llm
-from lib.files import read_jsonl
+from lib.frozen import llm
+from lib.runs.files import read_jsonl
 
 MIB = 1 << 20                      # bytes read from each end of a file for its digest
 
@@ -129,12 +129,12 @@ def aggregate(paths):
 
 
 def flag(a, role, field):
-    """--{role}-{field}, else env SLCA_{ROLE}_{FIELD} (as lib.llm.client reads them)."""
+    """--{role}-{field}, else env SLCA_{ROLE}_{FIELD} (as lib.frozen.llm.client reads them)."""
     return getattr(a, f"{role}_{field}", None) or os.environ.get(f"SLCA_{role.upper()}_{field.upper()}")
 
 
 def llm_client(a, role):
-    """The frozen LLM a command's --{role}-* flags name (lib.llm.client; flags the role lacks keep their defaults)."""
+    """The frozen LLM a command's --{role}-* flags name (lib.frozen.llm.client; flags the role lacks keep their defaults)."""
     return llm.client(role, **{f: getattr(a, f"{role}_{f}") for f in llm.CLIENT_FIELDS if hasattr(a, f"{role}_{f}")})
 
 

@@ -1,4 +1,4 @@
-"""Shared-prefix attention (cascade attention, Hydragen: Juravsky et al., 2024) for lib/sampler.py:
+"""Shared-prefix attention (cascade attention, Hydragen: Juravsky et al., 2024) for lib/sampling/sampler.py:
 the G rollouts of a prompt keep its keys and values once, not G times.
 
 A row's attention splits over two blocks of keys: its group's prefix (the prompt, stored once per

@@ -7,9 +7,9 @@
 Stages (train.py): SFT trains adapter A; A is merged into the base in float32 and the result saved
 as <out>/sft (the SFT policy, a whole Hugging Face folder); RL trains a fresh adapter B on it, so
 the reference "the same weights with the adapters off" is the SFT policy exactly, with no second
-copy. The base stays float32 (lib/precision.autocast): a bf16 base would round the merged SFT update
+copy. The base stays float32 (lib/training/precision.autocast): a bf16 base would round the merged SFT update
 away (its spacing near 0.02 is about 1e-4). `base_folder` points a saved adapter at its base, so
-lib/model.load_policy loads an adapter folder as a merged model.
+lib/training/model.load_policy loads an adapter folder as a merged model.
 """
 import functools
 import os

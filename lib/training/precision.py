@@ -7,7 +7,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from lib.dist import world
+from lib.training.dist import world
 
 
 def autocast(dtype, device):

@@ -20,16 +20,16 @@ import sys
 import textwrap
 import tomllib
 
-from lib import lora, tiny
-from lib.data import TURNS, DataError, release_files
-from lib.loop import BLIND_STEPS, UNSCORED
-from lib.precision import auto_dtype
-from lib.text import MAX_SAFE_DEPTH
+from lib.training import lora, tiny
+from lib.inputs.data import TURNS, DataError, release_files
+from lib.runs.loop import BLIND_STEPS, UNSCORED
+from lib.training.precision import auto_dtype
+from lib.inputs.text import MAX_SAFE_DEPTH
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
 WHY = {"demo": "no --model; --preset paper for the paper's recipe",           # the default's reason, by --model
        "paper": "a named --model; --preset demo for the demo's settings"}
-REPORT_TO = ("none", "tensorboard", "wandb")  # --report-to (lib/files.py Report)
+REPORT_TO = ("none", "tensorboard", "wandb")  # --report-to (lib/runs/files.py Report)
 HIDDEN = {  # on --help-all, not on --help: set by a preset, restoring the release (docs/deviations.md) or operational
     "model": "grad_ckpt tiny_size lora_alpha lora_dropout lora_targets merge_lora",
     "data": "skip_bad_rows",
@@ -60,7 +60,7 @@ BOUNDS = {  # range: the flags (dests) it bounds; all a careful user may ask for
                 "sim_max_tokens judge_max_tokens",
     "[0, 1e7]": "steps save_every eval_every eval_limit limit sft_limit sft_epochs show max_tool_rounds",
     "[0, 4294967295]": "seed",                       # what every seeded generator takes
-    f"[1, {MAX_SAFE_DEPTH}]": "json_depth",          # lib/text.py's
+    f"[1, {MAX_SAFE_DEPTH}]": "json_depth",          # lib/inputs/text.py's
 }
 RANGE = {dest: bound for bound, dests in BOUNDS.items() for dest in dests.split()}
 
@@ -115,15 +115,15 @@ def parser(method, episode_flags):
                                                  "~/.cache/slca-grpo); none = build the tiny demo model")
     g.add_argument("--preset", default=None, metavar="NAME|FILE",
                    help="the settings under the flags: configs/NAME.toml or a .toml file; default: demo without "
-                        "--model, paper with one (lib/config.py)")
+                        "--model, paper with one (lib/runs/config.py)")
     g.add_argument("--dtype", choices=["float32", "bfloat16", "float16", "auto"], default=None,
                    help="compute dtype over float32 weights; auto = bfloat16 where the device computes it natively "
-                        "(a GPU, a CPU with AVX512-BF16 or AMX), else float32 (lib/precision.py auto_dtype)")
+                        "(a GPU, a CPU with AVX512-BF16 or AMX), else float32 (lib/training/precision.py auto_dtype)")
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="gradient checkpointing")
     g.add_argument("--device", default=None, help="default: cuda (this rank's GPU) if available, else cpu")
     g.add_argument("--tiny-size", type=int, nargs=3, default=list(tiny.SIZE), metavar=("HIDDEN", "LAYERS", "HEADS"),
                    help="shape of the demo model built when no --model is given")
-    g.add_argument("--lora-r", type=int, default=0, help="LoRA rank (lib/lora.py): SFT and RL train adapters on a "
+    g.add_argument("--lora-r", type=int, default=0, help="LoRA rank (lib/training/lora.py): SFT and RL train adapters on a "
                                                          "frozen base; 0 = full fine-tuning")
     g.add_argument("--lora-alpha", type=num, default=None, help="LoRA scale alpha / r; default 2 r (LLaMA-Factory's)")
     g.add_argument("--lora-dropout", type=num, default=lora.DROPOUT, help="dropout on the adapters' input "
@@ -251,7 +251,7 @@ def parser(method, episode_flags):
     g.add_argument("--report-to", choices=REPORT_TO, default=REPORT_TO[0],
                    help="also send metrics.jsonl's and eval.jsonl's rows to TensorBoard (<out>/tensorboard) or W&B "
                         "(offline, <out>/wandb; needs wandb installed): sft/<key> at the SFT step, rl/<key> at the "
-                        "RL step, eval/<split>/<key> at the RL step of the eval (lib/files.py scalars)")
+                        "RL step, eval/<split>/<key> at the RL step of the eval (lib/runs/files.py scalars)")
     g.add_argument("--grad-cosine", action="store_true",
                    help="log the cosine between tool- and summary-segment gradients (2 extra backward passes)")
     preset_help(p)

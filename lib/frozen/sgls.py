@@ -4,7 +4,7 @@ import json
 import os
 import warnings
 
-from lib.text import loads
+from lib.inputs.text import loads
 
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 

@@ -17,7 +17,7 @@ import re
 
 from jinja2 import TemplateError
 
-from lib.text import encodable
+from lib.inputs.text import encodable
 
 
 # Qwen2.5-Instruct's chat template writes these around the tools (one JSON object per line);
@@ -37,7 +37,7 @@ def tools_prompt(tools):
 def with_tools(messages, tools):
     """`messages` with the tool block in the system message, the way Qwen2.5's template and the
     release's pre-rendered system prompts carry it: after the system text and a blank line, or
-    as the whole system message when there is none (as lib/data.py gives it to SFT rows)."""
+    as the whole system message when there is none (as lib/inputs/data.py gives it to SFT rows)."""
     if messages and messages[0]["role"] == "system":
         return [{**messages[0], "content": messages[0]["content"] + "\n\n" + tools_prompt(tools)}, *messages[1:]]
     return [{"role": "system", "content": tools_prompt(tools)}, *messages]
@@ -86,9 +86,9 @@ def render(tok, messages, tools=None, add_generation_prompt=True):
 
 def plain_ids(tok, texts):
     """Ids of each untrusted text as plain text, in one batched tokenizer call: made encodable
-    first (lib.text.encodable: a lone surrogate becomes U+FFFD instead of a TypeError out of the
+    first (lib.inputs.text.encodable: a lone surrogate becomes U+FFFD instead of a TypeError out of the
     tokenizer), and a special-token string in it encoded as text. Every untrusted text this
-    module, lib/sft.py and bench/models.py tokenize goes through here."""
+    module, lib/training/sft.py and bench/models.py tokenize goes through here."""
     if not texts:
         return []
     return tok([encodable(t) for t in texts], add_special_tokens=False, split_special_tokens=True)["input_ids"]

@@ -1,4 +1,4 @@
-"""The guarded optimizer step that SFT (lib/sft.py) and RL (train.py) share.
+"""The guarded optimizer step that SFT (lib/training/sft.py) and RL (train.py) share.
 
 `optimizer_step` clips the gradient norm and steps, unless the loss or the gradient norm is
 non-finite: then the update is skipped and counted, the gradients are cleared either way, and

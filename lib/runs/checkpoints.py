@@ -24,8 +24,8 @@ from torch.distributed.checkpoint import CheckpointException, FileSystemReader
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
-from lib.dist import barrier, gather, world
-from lib.runfolder import Unusable, config_diff, failure, read_json, reason, writing
+from lib.training.dist import barrier, gather, world
+from lib.runs.runfolder import Unusable, config_diff, failure, read_json, reason, writing
 
 
 def model_state(model):
@@ -129,7 +129,7 @@ def check_finite(state):
 
 
 def save_final(model, tok, path, rank, info=None, merged=None):
-    """A Hugging Face folder of the whole model (a LoRA model's: its adapter, lib/lora.py), never
+    """A Hugging Face folder of the whole model (a LoRA model's: its adapter, lib/training/lora.py), never
     with non-finite weights, written to path.tmp and renamed; `info` (a dict) goes to its run.json.
     `merged` (a function of the model, the run's last use of it) also writes the model it returns
     to path/merged, with the tokenizer and run.json."""

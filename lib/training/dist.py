@@ -121,7 +121,7 @@ def shard(model, dtype):
 
 def as_forward(model, fn):
     """fn() run as a forward pass of `model`, for work that uses the root's own parameters
-    outside model(...) (lib/logprobs.py runs the trunk, then the output head in chunks). Under FSDP2
+    outside model(...) (lib/training/logprobs.py runs the trunk, then the output head in chunks). Under FSDP2
     the root's parameters (embeddings, final norm, lm_head, tied or not) are whole only inside
     a forward of the root: here they are gathered before fn, a hook on fn's output gathers them
     again for the backward, and their gradients are reduce-scattered after it, as for model(...).
@@ -149,7 +149,7 @@ def gathered(model):
 
 def deterministic(device):
     """On CPU, torch's deterministic algorithms. Without them, the backward of the rows' read of
-    their group's shared prompt keys and values (lib/logprobs.py) adds the rows in whatever order
+    their group's shared prompt keys and values (lib/training/logprobs.py) adds the rows in whatever order
     the threads get there, and two-thread runs differ even on an idle machine."""
     if torch.device(device).type == "cpu":
         torch.use_deterministic_algorithms(True)

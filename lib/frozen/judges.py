@@ -7,7 +7,7 @@ rewards.score gives it at most MAX_JUDGE_CHARS of each text. A rating that is no
 the judge cannot rate it) scores 0; a ConnectionError (a transport failure after retries) scores
 0 and marks the rollout `judge_failed`.
 
-- `LLMJudge`: the judge on any frozen-LLM client of lib/llm.py (the paper's GPT-OSS-120B),
+- `LLMJudge`: the judge on any frozen-LLM client of lib/frozen/llm.py (the paper's GPT-OSS-120B),
   greedy, 8,192 tokens (the release's; GPT-OSS spends reasoning tokens inside them), answer
   form `Rating: [[<level>]]` (or, without one, the release's `<rating><level></rating>`). The
   question, every tool response and the policy's answer sit in tagged blocks (`fence`, which
@@ -15,7 +15,7 @@ the judge cannot rate it) scores 0; a ConnectionError (a transport failure after
   asked again (`retries`) and then gives None; no answer at all raises the builtin
   ConnectionError. A rating takes at most about `deadline` + one `complete` call (an
   HTTPClient: its own `deadline`). `prompt` and `solved_prompt` replace JUDGE_PROMPT and
-  SOLVED_PROMPT, e.g. with the release's text brought by the user (lib.llm.read_template: a
+  SOLVED_PROMPT, e.g. with the release's text brought by the user (lib.frozen.llm.read_template: a
   file with the JUDGE_FIELDS placeholders; train.py --judge-prompt, --solved-prompt; eval.py
   --judge-prompt); replies are read as above.
 - `FactsJudge`: offline and deterministic, the share of the row's reference facts the
@@ -30,7 +30,7 @@ import random
 import re
 import time
 
-from lib.llm import DEADLINE
+from lib.frozen.llm import DEADLINE
 
 JUDGE_MAX_TOKENS = 8192    # the release's judge budget (reward_fn.py); GPT-OSS reasons inside it
 LEVELS = {"very poor": 1, "poor": 2, "acceptable": 3, "good": 4, "excellent": 5}  # README Eq. 3, r = 1..5

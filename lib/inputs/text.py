@@ -13,7 +13,7 @@
   which UTF-8, and therefore every HF tokenizer, cannot encode: the tokenizer raises
   TypeError. Every such code point (they are the only ones UTF-8 cannot encode) becomes
   U+FFFD, visibly, and is counted process-wide; `take_unencodable` returns the count since
-  its last call (train.py logs it per RL step as `unencodable`). lib.chat.plain_ids, the one
+  its last call (train.py logs it per RL step as `unencodable`). lib.inputs.chat.plain_ids, the one
   way text reaches a tokenizer, calls it.
 """
 import json

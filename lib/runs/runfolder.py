@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from safetensors import SafetensorError, safe_open
 from torch.distributed.checkpoint import CheckpointException
 
-from lib.dist import barrier, gather
+from lib.training.dist import barrier, gather
 
 
 # flags a resumed run may change (a run folder may move; the preset is checked by its values)

@@ -22,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from lib.dist import all_sum, as_forward, world
+from lib.training.dist import all_sum, as_forward, world
 
 
 NO_GRAD_ROWS = 8  # response rows per no-grad pass, sorted by length (little padding); measured on the 10M model,

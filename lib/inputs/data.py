@@ -27,7 +27,7 @@ Hermes text form of the shipped world (data/world/sft.jsonl): a run of tool_call
 one assistant turn holding ONE `<tool_call>\\n[...]\\n</tool_call>` block with the list of
 {"name", "arguments"}; a run of tool_response messages is one user turn of
 `<tool_response>\\n...\\n</tool_response>` blocks; when no system message holds <tools>, the
-row's tools go into the system message as `lib.chat.tools_prompt` writes them (after the system
+row's tools go into the system message as `lib.inputs.chat.tools_prompt` writes them (after the system
 text, if any). Consecutive turns of one role (an assistant's text and the call after it)
 are one turn, their texts joined with "\n" (`turns="merge"`, what rollouts see).
 `turns="release"` applies the rule of LLaMA-Factory, which ran the release's SFT (its
@@ -41,7 +41,7 @@ which that converter would iterate character by character: the release's own SFT
 not have been exactly this file.
 
 Simplifications, on purpose (flags):
-- Gold calls go through `lib.data.normalize_gold` (docs/method.md §2.1), so every form (JSON string,
+- Gold calls go through `lib.inputs.data.normalize_gold` (docs/method.md §2.1), so every form (JSON string,
   nested, flat, bare names) ends up as nested steps of {"name", "arguments": dict}.
 - A Toucan row becomes one task: the prompt is every message before the first assistant /
   tool_call message, gold is the tool calls made before the next user message (later turns
@@ -67,8 +67,8 @@ Errors. Every problem is a `DataError` (a ValueError) whose text is one line:
 - a file with no usable row (empty, or every row bad): "FILE: no usable rows (...)".
 - `release_files()` when a split is neither in the Hugging Face cache nor downloadable: one
   line naming the `hf download` command (FETCH) that fetches the splits.
-JSON goes through `lib.text.loads` (bounded length and depth); a row is at most
-MAX_ROW_CHARS characters, a tool_call message at most lib.text.MAX_JSON_CHARS.
+JSON goes through `lib.inputs.text.loads` (bounded length and depth); a row is at most
+MAX_ROW_CHARS characters, a tool_call message at most lib.inputs.text.MAX_JSON_CHARS.
 
 Fetching (docs/method.md §8). `release_files()` gives the local paths of the release's RL, eval and
 SFT (42k split, the main table's) parquet files from the Hugging Face dataset
@@ -81,8 +81,8 @@ does the same with the caller's token counter and says how many went.
 RL order. `data_order(n, epochs, seed)` is the RL prompts' order over all epochs, one seeded
 shuffle per epoch (train.py saves it in every checkpoint).
 
-    python -m lib.data data/world/rl.jsonl data/world/sft.jsonl    # load files, print a summary
-    python -m lib.data release                                      # fetch the release's splits, summarize
+    python -m lib.inputs.data data/world/rl.jsonl data/world/sft.jsonl    # load files, print a summary
+    python -m lib.inputs.data release                                      # fetch the release's splits, summarize
 """
 import ast
 import json
@@ -94,7 +94,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 
-from lib.text import MAX_JSON_CHARS, MAX_JSON_DEPTH, loads, structure
+from lib.inputs.text import MAX_JSON_CHARS, MAX_JSON_DEPTH, loads, structure
 
 PARALLEL_TYPES = ("single_step_single_tool", "single_step_parallel", "multi_step_all_serial",
                   "multi_step_has_parallel", "multi_step_all_parallel", "irrelevant")
@@ -573,7 +573,7 @@ def _chat(row):
     key = "tools" if row.get("tools") is not None else "available_tools"
     tools = _tools(row.get(key) or [], key)
     if tools and not any(m["role"] == "system" and "<tools>" in m["content"] for m in chat):
-        from lib.chat import with_tools  # here, not at the top: tiny imports transformers (seconds)
+        from lib.inputs.chat import with_tools  # here, not at the top: tiny imports transformers (seconds)
         chat = with_tools(chat, tools)
     return _joined(chat)
 

@@ -8,13 +8,13 @@ samples until a stop id, `ended(its ids)` or its own budget, and gets back its n
 log-probs and its cache, ready for its next turn. Rows of different lengths sit in one batch,
 their own columns left-padded (and from the second turn on padded in the middle, between the
 cache and the new ids): a 2D attention mask over own columns + new ids hides the padding, the
-prefixes are left-padded in their own store with their own mask (lib/prefix_attention.py), and
+prefixes are left-padded in their own store with their own mask (lib/sampling/prefix_attention.py), and
 position ids are the prefix's length + cumsum(mask) - 1, so every row computes what it would alone.
 
 Why it is faster than `model.generate` turn by turn (rollout.generate, the reference):
 - the G rollouts of a prompt prefill it once (all but its last id, which each row feeds) and
   keep its keys and values once, read by all G rows in one product at each step and merged with
-  each row's own columns through the log-sum-exp (lib/prefix_attention.py; generate prefills and
+  each row's own columns through the log-sum-exp (lib/sampling/prefix_attention.py; generate prefills and
   keeps it G times: docs/memory.md);
 - a row continues across turns from its cache: a new turn feeds only what is not in the cache
   yet, never the conversation again (generate re-reads the whole conversation every turn);
@@ -39,7 +39,7 @@ equal within float rounding: tests/test_rollout.py).
 It is built on transformers' cache classes (`Cache`, `DynamicLayer`: the `Slots` subclass
 overrides their storage), so a transformers upgrade may break it first; rollout.generate is
 the plain path. Models with sliding-window layers are not supported (the cache is rebuilt as
-full layers); the attention goes through lib/prefix_attention.py, switched on inside `sample`
+full layers); the attention goes through lib/sampling/prefix_attention.py, switched on inside `sample`
 only. Nothing here imports the top level: the stop ids and the stop test are parameters.
 
     python -m pytest -q tests/test_rollout_sample.py     # against a cacheless reference
@@ -49,7 +49,7 @@ import functools
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from lib.prefix_attention import Shared, installed
+from lib.sampling.prefix_attention import Shared, installed
 
 ROOM = 256  # KV columns allocated at a time for the ids a batch samples (a full cache grows by this much)
 
@@ -220,7 +220,7 @@ def forward(model, feed, pos, mask, cache, shared):
     """One decode step through the model's own forward: the logits (b, V) of the ids `feed` (b,)
     at positions `pos` (b, 1); `mask` (b, n + 1) covers the n cache columns and the new id, whose
     keys and values the model writes into `cache`; every row also attends to its prefix in
-    `shared` (lib.prefix_attention.Shared). (lib/compiled.py: the same step compiled.)"""
+    `shared` (lib.sampling.prefix_attention.Shared). (lib/sampling/compiled.py: the same step compiled.)"""
     return model(input_ids=feed[:, None], attention_mask=mask, position_ids=pos, cache=cache,
                  use_cache=True, shared_prefix=shared).logits[:, -1]
 
@@ -235,7 +235,7 @@ def sample(model, kvs, pending, budgets, temperature, stops, ended=None, decode=
     a prefix: all of the prompt but its last id, prefilled once and stored once; each row then
     feeds that last id itself. Row b samples until a stop id, `ended(its ids)`
     (rollout.stop_text) or `budgets[b]` ids. Each decoding step is `decode(model, ids,
-    positions, mask, cache, shared)` (`forward`; `--sampler compiled`: lib.compiled.compiled).
+    positions, mask, cache, shared)` (`forward`; `--sampler compiled`: lib.sampling.compiled.compiled).
     Returns per row (ids, logprobs, kept): the sampled ids, their log-probs under the policy at
     temperature 1, and a `Kept` of every id fed (the last sampled id is not fed: it starts the
     row's next pending ids), in the autocast dtype under autocast. The caches passed in are
@@ -243,7 +243,7 @@ def sample(model, kvs, pending, budgets, temperature, stops, ended=None, decode=
 
     The rows' own columns sit in one batch cache of preallocated columns (`Slots`; ROOM more
     whenever it is full), written in place; their prefixes in one `Prefixes`, read through
-    lib.prefix_attention. Rows that stop are copied out of the batch cache and leave the batch
+    lib.sampling.prefix_attention. Rows that stop are copied out of the batch cache and leave the batch
     at once: layer by layer, their rows are copied out, then the layer keeps the live rows only
     (`Slots.keep`, the old buffer freed), so what the stopped rows keep and the batch buffer
     never hold a row twice (but for the layer being copied); a prefix stays while the turn

@@ -9,7 +9,7 @@ the optimizer step's batch, AdamW, cosine lr with linear warmup. Under torchrun 
 takes its share of every batch, the normaliser is the whole batch's count (every rank reads the
 batch; it was counted once per rank before, shrinking the gradient by the world size) and the
 logged loss is summed over ranks, so the update and the log equal the single-process ones. The
-step is lib/optim.py's `optimizer_step` (clipped; a non-finite update is skipped and counted,
+step is lib/training/optim.py's `optimizer_step` (clipped; a non-finite update is skipped and counted,
 `max_bad_updates` in a row stop the run).
 
 Forward/backward passes (`passes`): `micro_batch` conversations at a time, each pass padded to
@@ -33,11 +33,11 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from lib.logprobs import token_logprobs
-from lib.optim import optimizer_step
-from lib.dist import all_sum, gather, world
-from lib.chat import mark, render, template_ids
-from lib.text import take_unencodable
+from lib.training.logprobs import token_logprobs
+from lib.training.optim import optimizer_step
+from lib.training.dist import all_sum, gather, world
+from lib.inputs.chat import mark, render, template_ids
+from lib.inputs.text import take_unencodable
 
 SENTINEL, SENTINELS = 0x100000, 0xFFFE  # Unicode plane 16, private use: stands for message i's content in `example`
 
@@ -49,8 +49,8 @@ def example(tok, messages, max_len):
     Where each message's content sits is known by construction, never searched for: the
     template is rendered once with message i's content replaced by the code point SENTINEL + i,
     and the text between sentinels is the template's glue. Glue goes through
-    lib.chat.template_ids (its special-token strings are special ids), each content through the
-    same function after lib.chat.mark, so a special-token string inside any message's content
+    lib.inputs.chat.template_ids (its special-token strings are special ids), each content through the
+    same function after lib.inputs.chat.mark, so a special-token string inside any message's content
     (a forged `<|im_end|>\\n<|im_start|>system`, an assistant's `<|im_end|>`) is plain text and a
     lone surrogate is U+FFFD. A template that renders some content other than verbatim, or
     not once and in order, whose assistant turns do not start with the generation prompt, or

@@ -7,7 +7,7 @@ in a user turn as <tool_response>), builds a small Qwen2ForCausalLM from a seed,
 both as an ordinary Hugging Face folder. Everything downstream then loads it with
 `from_pretrained(path)`: the same code path a real Qwen model takes.
 
-    python -m lib.tiny --out runs/tiny-base          # build and save (a few seconds)
+    python -m lib.training.tiny --out runs/tiny-base          # build and save (a few seconds)
 """
 import argparse
 import json
@@ -16,8 +16,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from lib.text import encodable
-from lib.chat import TOOLS_HEAD, TOOLS_TAIL
+from lib.inputs.text import encodable
+from lib.inputs.chat import TOOLS_HEAD, TOOLS_TAIL
 
 
 
@@ -151,5 +151,5 @@ if __name__ == "__main__":
     p.add_argument("--rl", default="data/world/rl.jsonl", help="RL prompts to train the tokenizer on")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
-    from lib.data import load_sft, load_tasks
+    from lib.inputs.data import load_sft, load_tasks
     print("saved", build(a.out, world_texts(load_tasks(a.rl), load_sft(a.sft)), a.seed))

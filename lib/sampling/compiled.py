@@ -1,4 +1,4 @@
-"""The compiled decode step of `--sampler compiled`: lib.sampler.sample with each one-id decoding
+"""The compiled decode step of `--sampler compiled`: lib.sampling.sampler.sample with each one-id decoding
 step run through torch.compile instead of the model's own forward.
 
 Why: at one id per row the model's forward spends much of a step around its arithmetic (the
@@ -39,13 +39,13 @@ import torch.fx.experimental._config
 from transformers import Qwen2ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
-from lib.prefix_attention import merge
+from lib.sampling.prefix_attention import merge
 
 
 def layer_step(layer, x, cos, sin, bias, K, V, shared=None):
     """One decoder layer for one new id per row: hidden states x (b, 1, E), its rotary cos and sin
     (b, 1, D), the layer's cache K, V (b, Hkv, n, D) and additive `bias` (b, n) (0 or -inf); with
-    `shared` (lib.prefix_attention.Shared), each row also attends to its prefix, merged through
+    `shared` (lib.sampling.prefix_attention.Shared), each row also attends to its prefix, merged through
     the log-sum-exp. Returns (x, the new id's keys, its values), each (b, Hkv, 1, D)."""
     att = layer.self_attn
     b, H, n, D = K.shape                                                   # rows, kv heads, columns, head size
@@ -86,7 +86,7 @@ def decode(model, feed, pos, mask, cache, shared=None, run=step):
     """sample's decode step through `run` (`step`, or compiled: `compiled` below): the logits (b, V) of the
     ids `feed` (b,) at `pos` (b, 1); `mask` (b, n + 1) covers the n cache columns and the new id,
     whose keys and values are then written into the cache (Slots.update, in place); each row also
-    attends to its prefix in `shared` (lib.prefix_attention.Shared; None: none)."""
+    attends to its prefix in `shared` (lib.sampling.prefix_attention.Shared; None: none)."""
     if model._forward_hooks or model._forward_pre_hooks or type(model).forward is not Qwen2ForCausalLM.forward:
         raise ValueError("--sampler compiled runs a Qwen2's weights, not its forward: "
                          "a model with forward hooks or its own forward needs --sampler cached")

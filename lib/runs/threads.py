@@ -12,7 +12,7 @@ answer from two readings in a row, so one noisy interval does not flip it.
 
 Left alone (a fixed count): off a CPU device, without /proc/stat (not Linux), with OMP_NUM_THREADS set (the
 user's choice, and torchrun's one thread per rank), or when the process starts on one thread
-(as the tests do). Two-thread runs are not bit-reproducible (lib/dist.py), so neither is
+(as the tests do). Two-thread runs are not bit-reproducible (lib/training/dist.py), so neither is
 an auto run that used two threads; set OMP_NUM_THREADS=1 for bits.
 """
 import os

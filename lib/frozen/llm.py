@@ -1,7 +1,7 @@
 """The frozen LLMs of SLCA-GRPO: chat clients (docs/method.md §5, §7).
 
 Two roles need a frozen LLM: the SGLS tool simulator (simulator.py, the paper's
-Qwen3-235B-A22B) and the summary judge (lib/judges.py, the paper's GPT-OSS-120B), both served by
+Qwen3-235B-A22B) and the summary judge (lib/frozen/judges.py, the paper's GPT-OSS-120B), both served by
 vLLM. A client is any object with
 
     complete(batch, temperature, max_tokens) -> list[str | None]
@@ -22,13 +22,13 @@ apart: the simulator marks such a call `failed`, the judge raises ConnectionErro
   direct connections (no HTTP proxy). The server renders the chat template and tokenises, so
   this client cannot stop it from reading special-token strings inside content (vLLM does);
   the judge and the simulator therefore neutralise them in the untrusted text they send
-  (lib/judges.py's `fence`, JSON escapes in simulator.py). `deadline` bounds one whole `complete`
+  (lib/frozen/judges.py's `fence`, JSON escapes in simulator.py). `deadline` bounds one whole `complete`
   call: the model-name lookup and every request of the batch, all their tries and pauses,
   however many requests wait for the `workers`; what is unanswered when it passes is None.
   `timeout` bounds one try end to end (connect, send, wait, read; a watchdog shuts the
   socket, so a trickling server cannot stretch it), `retries` extra tries with jittered
   exponential backoff on connection errors, timeouts, HTTP 408/429/5xx and malformed
-  bodies. Bodies are capped (`max_body` bytes) and parsed with lib.text.loads (bounded
+  bodies. Bodies are capped (`max_body` bytes) and parsed with lib.inputs.text.loads (bounded
   depth), so a hostile body gives None, never an exception. Never raises.
 - `window`: a shared deadline for every request of the HTTP clients among those given (train.py
   --step-deadline, one RL step).
@@ -64,8 +64,8 @@ from urllib.parse import urlsplit
 
 import torch
 
-from lib.text import MAX_JSON_CHARS, encodable, loads
-from lib.model import frozen
+from lib.inputs.text import MAX_JSON_CHARS, encodable, loads
+from lib.training.model import frozen
 
 log = logging.getLogger(__name__)
 

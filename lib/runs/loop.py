@@ -9,11 +9,11 @@ import random
 import torch
 from tqdm import tqdm
 
-from lib.data import data_order
-from lib.checkpoints import resume_point, set_rng_state
-from lib.dist import all_sum, gather, world
-from lib.runfolder import read_json
-from lib.text import take_unencodable
+from lib.inputs.data import data_order
+from lib.runs.checkpoints import resume_point, set_rng_state
+from lib.training.dist import all_sum, gather, world
+from lib.runs.runfolder import read_json
+from lib.inputs.text import take_unencodable
 
 LOGS = ("metrics", "rollouts", "eval", "credit")  # <out>/<name>.jsonl
 CREDIT_GROUPS = 2  # groups a step (per rank) whose token ids, masks and rewards go to credit.jsonl (credit/page.py)
