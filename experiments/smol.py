@@ -172,6 +172,11 @@ def row(rs):
     return {k: m[k] if k in m else statistics.fmean(r[k] for r in rs) for k, _ in COLUMNS}
 
 
+def arm(name):
+    """A run's arm from its name: "slca-decision-s0" -> "slca-decision"."""
+    return name.rsplit("-s", 1)[0]
+
+
 def starts(before, runs):
     """{run name: its start's eval rows} from `before`: one start's rows for every run, or that dict
     already (runs from different starts, each paired against its own: issue 48's amended runs)."""
@@ -208,7 +213,6 @@ def report(out, before, runs, walls):
         wall = f"{r['wall_s'] / 60:.0f} min" if r["wall_s"] else ""
         lines.append(f"| {name} | " + " | ".join(f"{r[k]:.3f}" for k, _ in COLUMNS) + " | " +
                      " | ".join(cell(r[f"d_{k}"]) for k in keys) + f" | {wall} |")
-    arm = lambda name: name.rsplit("-s", 1)[0]  # noqa: E731  "slca-decision-s0" -> "slca-decision"
     for algo in ARMS:
         mine = [name for name in runs if arm(name) == algo]
         if len(mine) > 1:
@@ -258,7 +262,6 @@ def seeds_level(res, runs, own, lines):
     """The seed as the unit (issue 60's pre-registration): each run's mean held-out Success@0.9, then the
     paired t over seeds (common.paired: one-sided 0.05 critical value at df = seeds - 1) of each arm
     after RL against its start, and of each PAIRS difference; into res["seeds"] and table.md's lines."""
-    arm = lambda name: name.rsplit("-s", 1)[0]  # noqa: E731
     mean = lambda rows: statistics.fmean(float(reached(r["process"], SUCCESS)) for r in rows)  # noqa: E731
     by = {}  # arm -> {seed: run name}
     for name in runs:
