@@ -1,3 +1,2 @@
-"""lib/inputs/: what comes in: every data layout as one Task (data.py), the special-token-safe chat encoder
-(chat.py), untrusted text made safe to parse and tokenize (text.py).
-"""
+"""lib/inputs/: what comes in. Every data layout as one Task or chat (data.py), the one special-token-safe chat
+encoder (chat.py), untrusted text made safe to parse and to tokenize (text.py)."""
