@@ -26,10 +26,10 @@ from rollout import GEN_BATCH, MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS,
 from lib.inputs.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
 from simulator import MALFORMED, PARSES, PROMPT, SCHEMA_CHECKS, Simulator
 from lib.frozen.sgls import PROMPT_FIELDS
-from lib.runs.evalcli import (FMT, aggregate_command, bench_parser, fingerprint, llm_client, resume, run_config,
-                         text_table, write_summary)
-from lib.runs.files import append_jsonl
 from lib.runs.config import bounds_help, check_bounds
+from lib.runs.evalcli import (FMT, aggregate_command, bench_parser, fingerprint, llm_client, resume, run_config,
+                              text_table, write_summary)
+from lib.runs.files import append_jsonl
 
 THRESHOLDS = (0.7, 0.8, 0.9, 1.0)  # the release's success@ / tool_success@ levels (rl/slca_grpo/reward_fn.py)
 SUCCESS = 0.9                      # docs/method.md §9: the headline Success@0.9

@@ -33,8 +33,8 @@ from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteria
 
 from segment import CLOSE, OPEN, Call, segment_masks, strip_think
 
-from lib.sampling import compiled
 from lib.inputs.chat import chat_ids, renders_tools, with_tools
+from lib.sampling import compiled
 from lib.sampling.generation import Chosen
 from lib.sampling.sampler import sample
 

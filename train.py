@@ -46,21 +46,21 @@ from rollout import TEMPERATURE, collate, prompt_ids, rollout
 from segment import decision_mask
 from simulator import unrecorded
 from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
-from lib.frozen import llm
-from lib.runs import config, loop
-from lib.training import lora, tiny
-from lib.runs.checkpoints import save_checkpoint, save_final
 from lib.inputs.data import DataError, drop_long, load_sft, load_tasks
-from lib.training.dist import (all_sum, barrier, deterministic, end_worker, gather, gathered, leave_dist, rank_prompts, setup_dist,
-                      shard, world)
-from lib.runs.files import Logs
+from lib.inputs.text import set_json_depth, take_unencodable
+from lib.training import lora, tiny
+from lib.training.dist import (all_sum, barrier, deterministic, end_worker, gather, gathered, leave_dist, rank_prompts,
+                               setup_dist, shard, world)
 from lib.training.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.training.model import load_policy
 from lib.training.optim import optimizer_step
 from lib.training.precision import autocast, bf16_note, cast_once, frozen_cast
-from lib.runs.runfolder import check_folder, lock, open_run, stop_if_asked, stop_requests, writing
 from lib.training.sft import SFTConfig, warm_start
-from lib.inputs.text import set_json_depth, take_unencodable
+from lib.frozen import llm
+from lib.runs import config, loop
+from lib.runs.checkpoints import save_checkpoint, save_final
+from lib.runs.files import Logs
+from lib.runs.runfolder import check_folder, lock, open_run, stop_if_asked, stop_requests, writing
 from lib.runs.threads import Threads
 
 # the defaults and choices the method modules own, for the flag table (lib/runs/config.py)

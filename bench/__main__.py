@@ -30,9 +30,9 @@ import torch
 
 from bench import bfcl, hermes, tau2
 from bench.models import Batched, client_generate, local_generate
-from lib.runs.evalcli import FMT, bench_parser, flag, llm_client, resume, text_table, who, write_summary
-from lib.frozen import llm
 from lib.training.model import load_policy
+from lib.frozen import llm
+from lib.runs.evalcli import FMT, bench_parser, flag, llm_client, resume, text_table, who, write_summary
 
 INSTALL = "pip install -r requirements-bench.txt && pip install --no-deps -r requirements-bench-nodeps.txt"
 

@@ -25,8 +25,8 @@ import torch
 
 from advantage import token_advantages
 from segment import decision_mask, run_index, segment_masks
-from lib.runs.files import read_jsonl
 from lib.inputs.text import encodable
+from lib.runs.files import read_jsonl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root
 

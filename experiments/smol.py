@@ -75,8 +75,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from eval import SUCCESS, metrics, reached
 from experiments import common, misattribution, stopping
-from lib.runs.config import read_preset
 from lib.inputs.data import PARALLEL_TYPES
+from lib.runs.config import read_preset
 from lib.runs.files import read_jsonl
 from tools import make_world
 

@@ -48,9 +48,9 @@ from advantage import STATS, route, slca_advantages
 from rollout import stop_ids
 from segment import CLOSE, OPEN, drop_blocks, find_blocks, parse_block, segment_masks
 from simulator import Simulator
+from lib.inputs.data import task_of
 from lib.frozen import llm
 from lib.runs.config import outside
-from lib.inputs.data import task_of
 
 NAME, LOOP, PARSER = "slca", "slca_tool_agent", "slca_hermes"  # algorithm.adv_estimator, agent loop, multi_turn.format
 

@@ -12,8 +12,8 @@ import sys
 
 import torch
 
-from lib.runs import checkpoints
 from lib.training import dist
+from lib.runs import checkpoints
 import train
 from helpers import tiny_model
 

@@ -7,8 +7,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from lib.training import tiny
 from lib.inputs.chat import with_tools
+from lib.training import tiny
 from lib.training.precision import native_bf16
 
 CORPUS = ['{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}',

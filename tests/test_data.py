@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lib.inputs import data
-from lib.inputs.data import PARALLEL_TYPES, DataError, Task, drop_long, load_sft, load_tasks, parallel_type_of, release_files
+from lib.inputs.data import (PARALLEL_TYPES, DataError, Task, drop_long, load_sft, load_tasks, parallel_type_of,
+                             release_files)
 from rewards import FactsJudge
 from helpers import hub_cache
 from tools import make_world

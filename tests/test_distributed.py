@@ -32,8 +32,8 @@ import train
 from helpers import tiny_model
 from runs import same
 from lib.training.model import load_policy
-from lib.runs.checkpoints import Shards
 from lib.training.precision import autocast
+from lib.runs.checkpoints import Shards
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LR = 1e-2  # tests/dist_update.py's --lr

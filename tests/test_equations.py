@@ -21,8 +21,8 @@ import loss
 import rewards
 import train
 from advantage import grpo_advantages, token_advantages
-from lib.runs import config
 from lib.inputs.data import Task
+from lib.runs import config
 from loss import normaliser, policy_loss
 from segment import segment_masks
 

@@ -14,8 +14,8 @@ import rewards
 import simulator
 import train
 from integrations.trl import SLCAGRPOTrainer
-from lib.training import sft, tiny
 from lib.inputs.data import load_sft, load_tasks
+from lib.training import sft, tiny
 from segment import segment_masks
 from helpers import tiny_model, tokenizer, write_caller_sft, write_world
 

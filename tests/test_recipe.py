@@ -15,8 +15,8 @@ import torch
 
 import advantage
 import rewards
-from lib.runs import config
 from lib.training import sft
+from lib.runs import config
 import train
 from lib.inputs.data import Task, data_order, load_sft
 from helpers import CALL, tiny_model, tokenizer, write_world

@@ -20,8 +20,8 @@ import time
 import pytest
 import torch
 
-from lib.runs import checkpoints, runfolder
 from lib.training import dist
+from lib.runs import checkpoints, runfolder
 from helpers import tiny_model
 from runs import ARGS, SIGNAL_ITSELF, killed_then_resumed, logged, run, same, weights
 

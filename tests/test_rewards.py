@@ -8,8 +8,8 @@ from hypothesis import given, strategies as st
 from release_reward import PARTS, release_parts
 from rewards import (MAX_JUDGE_CHARS, FactsJudge, NoisyJudge, loose_equal, predicted_calls, process_score, score,
                      summary_judge, summary_score, turn_rewards, WEIGHTS)
-from lib.frozen.judges import LLMJudge
 from lib.inputs.data import normalize_gold
+from lib.frozen.judges import LLMJudge
 from helpers import MB, linear
 from test_segment import FUZZ, SOUP
 

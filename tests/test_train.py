@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import lib.training.model
+from lib.training import logprobs, sft
 from lib.frozen import judges
 from lib.runs import config
-from lib.training import logprobs, sft
 import advantage
 import eval as E
 import train

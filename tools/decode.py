@@ -38,10 +38,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from lib.sampling import compiled, sampler
+from lib.inputs.data import load_sft, load_tasks
 from lib.training import tiny
 from lib.training.precision import autocast, cast_once
-from lib.inputs.data import load_sft, load_tasks
+from lib.sampling import compiled, sampler
 
 SHAPE = (256, 12, 8)  # hidden, layers, heads: tools/vs_trl.py's "10M"
 ROWS, CONTEXTS, STEPS = 64, (64, 256, 512), 30  # --rows, --contexts, --steps

@@ -27,10 +27,10 @@ import time
 
 import torch
 
-from lib.sampling import compiled
 from lib.training import logprobs
 from lib.training import lora
 from lib.training import precision
+from lib.sampling import compiled
 from lib.sampling import sampler
 import train
 from tools import plan

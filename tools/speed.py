@@ -35,8 +35,8 @@ import torch
 from transformers import Qwen2ForCausalLM
 
 import rollout
-from lib.training import tiny
 from lib.inputs.data import load_sft, load_tasks
+from lib.training import tiny
 from simulator import Simulator
 
 SHAPES = {"tiny": (32, 1, 2), "10M": (256, 12, 8)}  # hidden, layers, heads

@@ -70,8 +70,8 @@ from transformers import Qwen2ForCausalLM
 
 import rollout
 from lib.inputs import chat
-from lib.training import tiny
 from lib.inputs.data import load_sft, load_tasks
+from lib.training import tiny
 from lib.training.logprobs import share_plan
 from lib.training.precision import autocast
 from segment import Call

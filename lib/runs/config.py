@@ -20,11 +20,11 @@ import sys
 import textwrap
 import tomllib
 
-from lib.training import lora, tiny
 from lib.inputs.data import TURNS, DataError, release_files
-from lib.runs.loop import BLIND_STEPS, UNSCORED
-from lib.training.precision import auto_dtype
 from lib.inputs.text import MAX_SAFE_DEPTH
+from lib.training import lora, tiny
+from lib.training.precision import auto_dtype
+from lib.runs.loop import BLIND_STEPS, UNSCORED
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
 WHY = {"demo": "no --model; --preset paper for the paper's recipe",           # the default's reason, by --model

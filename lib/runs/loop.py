@@ -10,10 +10,10 @@ import torch
 from tqdm import tqdm
 
 from lib.inputs.data import data_order
-from lib.runs.checkpoints import resume_point, set_rng_state
-from lib.training.dist import all_sum, gather, world
-from lib.runs.runfolder import read_json
 from lib.inputs.text import take_unencodable
+from lib.training.dist import all_sum, gather, world
+from lib.runs.checkpoints import resume_point, set_rng_state
+from lib.runs.runfolder import read_json
 
 LOGS = ("metrics", "rollouts", "eval", "credit")  # <out>/<name>.jsonl
 CREDIT_GROUPS = 2  # groups a step (per rank) whose token ids, masks and rewards go to credit.jsonl (credit/page.py)

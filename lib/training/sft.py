@@ -33,11 +33,11 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from lib.training.logprobs import token_logprobs
-from lib.training.optim import optimizer_step
-from lib.training.dist import all_sum, gather, world
 from lib.inputs.chat import mark, render, template_ids
 from lib.inputs.text import take_unencodable
+from lib.training.dist import all_sum, gather, world
+from lib.training.logprobs import token_logprobs
+from lib.training.optim import optimizer_step
 
 SENTINEL, SENTINELS = 0x100000, 0xFFFE  # Unicode plane 16, private use: stands for message i's content in `example`
 

@@ -16,8 +16,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from lib.inputs.text import encodable
 from lib.inputs.chat import TOOLS_HEAD, TOOLS_TAIL
+from lib.inputs.text import encodable
 
 
 
