@@ -74,7 +74,7 @@ def test_decision_arm_against_slca_per_prompt(tmp_path):
 
 def test_seed_level_tests_of_issue_48s_committed_runs(tmp_path):
     """The seed as the unit on the committed counted runs (docs/experiments/smol/counted/), each against its own
-    start: the numbers smol.md's "What is noise" states (SLCA − GRPO −0.032, t −2.22, df 2)."""
+    start: the numbers docs/experiments/smol.md's "What is noise" states (SLCA − GRPO −0.032, t −2.22, df 2)."""
     d = os.path.join(ROOT, "docs", "experiments", "smol", "counted")
     load = lambda p: sorted((r for r in read_jsonl(p) if "id" in r), key=lambda r: r["id"])  # noqa: E731
     start = {1: load(os.path.join(ROOT, "docs", "experiments", "smol", "stop", "before.jsonl")),
