@@ -262,7 +262,7 @@ def seeds_level(res, runs, own, lines):
     """The seed as the unit (issue 60's pre-registration): each run's mean held-out Success@0.9, then the
     paired t over seeds (common.paired: one-sided 0.05 critical value at df = seeds - 1) of each arm
     after RL against its start, and of each PAIRS difference; into res["seeds"] and table.md's lines."""
-    mean = lambda rows: statistics.fmean(float(reached(r["process"], SUCCESS)) for r in rows)  # noqa: E731
+    mean = lambda rows: metrics(rows)["all"]["success"]  # noqa: E731  eval.py's Success@0.9
     by = {}  # arm -> {seed: run name}
     for name in runs:
         by.setdefault(arm(name), {})[name.rsplit("-s", 1)[1]] = name

@@ -151,9 +151,9 @@ def stop_gap(rows):
     groups = {}
     for r in rows:
         groups.setdefault((r["run"], r["step"], r["group"]), []).append(r)
-    per = {}
+    arms, per = {run: arm(run) for run, _, _ in groups}, {}
     for (run, _, _), rs in groups.items():
-        algo = arm(run)
+        algo = arms[run]
         credit = stop_credit(rs, algo)
         stop = [a for a, r in zip(credit, rs) if a is not None and r["k"] == r["need"]]
         more = [a for a, r in zip(credit, rs) if a is not None and r["k"] > r["need"]]
