@@ -17,13 +17,17 @@ have a turn k. Eq. 15's decision credit (`--decision-credit tool`, off by defaul
 tokens d that decide to stop calling (segment.decision_mask) with Â^tool, not Â^sum; beside
 Eq. 14 they get Â^tool alone (they open no tool turn). The rules in full: docs/method.md §3.
 
-`token_advantages` is what train.py trains on for each `--algo`; `slca_terms` and `log_sums`
-give the training logs' SLCA sums, whatever the algorithm. `group_normalize` states Eq. 7 one
+`token_advantages` is what train.py trains on for each `--algo`, under `Credit`, the knobs this
+module owns (train.py's flags of the same names); `slca_terms` and `log_sums` give the training
+logs' SLCA sums, whatever the algorithm. `group_normalize` states Eq. 7 one
 group at a time; the functions here run its vectorised twin, lib/training/groups.py, which
 tests/test_advantage.py pins to it bit for bit.
 """
+from dataclasses import dataclass, field
+
 import torch
 
+from rewards import LAM  # λ_tool = λ_sum of Eqs. 4 and 8: one pair of flags sets both
 from segment import run_index
 
 from lib.training.groups import normalize
@@ -86,7 +90,7 @@ def grpo_advantages(scores, group_ids, eps=EPS, norm_by_std=True, present=None, 
     return alone(adv, scores, present, group_ids, eps, norm_by_std) if stats == "release" else adv
 
 
-def slca_advantages(r_tool, r_sum, tool_present, summary_present, group_ids,
+def slca_advantages(r_tool, r_sum, tool_present, summary_present, group_ids, *,
                     eps=EPS, lam_tool=1.0, lam_sum=1.0, norm_by_std=True, stats=STATS[0]):
     """Eq. 7 with λ applied after normalisation: (adv_tool, adv_sum), each (B,)."""
     adv_tool = lam_tool * normalize(r_tool, tool_present, group_ids, eps, norm_by_std, stats)
@@ -94,7 +98,7 @@ def slca_advantages(r_tool, r_sum, tool_present, summary_present, group_ids,
     return adv_tool, adv_sum
 
 
-def toolpo_advantages(r_succ, r_action, present, tool_present, group_ids, lam_action=1.0, norm_by_std=False,
+def toolpo_advantages(r_succ, r_action, present, tool_present, group_ids, *, lam_action=1.0, norm_by_std=False,
                       eps=EPS, stats=STATS[0]):
     """Eq. 13: (adv_succ, adv_action), each (B,), adv_action already scaled by λ_action.
 
@@ -121,7 +125,7 @@ def turn_advantages(r_turn, turn_present, group_ids, eps=EPS, norm_by_std=True):
     return normalize(r_turn.reshape(-1), turn_present.reshape(-1), ids, eps, norm_by_std, STATS[0]).reshape(B, K)
 
 
-def route_turns(adv_tool, adv_sum, adv_turn, runs, tool_mask, summary_mask, omega, lam_tool=1.0):
+def route_turns(adv_tool, adv_sum, adv_turn, runs, tool_mask, summary_mask, *, omega, lam_tool=1.0):
     """Eq. 14: per-token advantages (B, T). adv_tool and adv_sum as `route` (λ applied);
     adv_turn (B, K) from turn_advantages; runs (B, T) from segment.run_index (turn k = run k).
     ω = 0 returns `route` itself, bit for bit."""
@@ -151,6 +155,32 @@ def route_decision(A, adv_tool, decision):
 
 # ---------------------------------------------------------------------------------------------
 # the per-token advantage of each --algo (what train.py trains on), and its logged diagnostics
+@dataclass(frozen=True)
+class Credit:
+    """Who gets which advantage: train.py's flags of the same names ("rewards and advantages")."""
+    algo: str = field(default=ALGOS[0], metadata={
+        "choices": ALGOS, "help": "grpo = the 'w/o SLCA' ablation; toolpo = the release's additive baseline (Eq. 13)"})
+    lam_tool: float = field(default=LAM, metadata={"help": "λ_tool of Eqs. 4 and 8", "range": "[0, 100]"})
+    lam_sum: float = field(default=LAM, metadata={"help": "λ_sum of Eqs. 4 and 8", "range": "[0, 100]"})
+    turn_credit: float = field(default=TURN_CREDIT, metadata={
+        "metavar": "OMEGA", "range": "[0, 100]",
+        "help": "ω of README Eq. 14 (--algo slca only, a project extension): tool turn k's tokens also get ω x the "
+                "group-normalised reward of turn k against gold step k; 0 = SLCA exactly"})
+    decision_credit: str = field(default=DECISION_CREDIT[0], metadata={
+        "choices": DECISION_CREDIT,
+        "help": "who pays the tokens that decide to stop calling (the summary turn's first, README Eq. 15; --algo "
+                "slca only, a project extension): summary = Â_sum, SLCA exactly; tool = Â_tool"})
+    norm_by_std: bool = field(default=True, metadata={"help": "--no-norm-by-std subtracts the group mean only (Dr. GRPO)"})
+    group_stats: str = field(default=STATS[0], metadata={
+        "choices": STATS, "hidden": True,
+        "help": "exact = float64, equal rewards give exactly 0, a GRPO group of one gets 0; release = the release's "
+                "float32 torch statistics (sixteen equal 0.9s get a nonzero advantage) and verl's mean 0, std 1 for a "
+                "GRPO group of one"})
+    toolpo_norm_by_std: bool = field(default=False, metadata={
+        "hidden": True, "help": "ToolPO divides by the group std too (what the release's ToolPO launchers ran, "
+                                "verl's default; the paper says no std, docs/method.md §3.3)"})
+
+
 def turn_table(turn_r, response_mask):
     """Per-turn rewards as (B, K) with their presence (B, K) bool, K the most tool turns of a row.
     turn_r: per rollout, its tool turns' rewards (rewards.turn_rewards of every turn but the
@@ -167,9 +197,9 @@ def turn_table(turn_r, response_mask):
     return r, present
 
 
-def slca_terms(scores, turn_r, batch, keep, group_ids, lam_tool=1.0, lam_sum=1.0, norm_by_std=True,
-               stats=STATS[0]):
-    """SLCA's per-rollout terms on the CPU: (adv_tool, adv_sum, adv_turn, tool_present, summary_present).
+def slca_terms(scores, turn_r, batch, keep, group_ids, credit=Credit()):
+    """SLCA's per-rollout terms on the CPU: (adv_tool, adv_sum, adv_turn, tool_present, summary_present),
+    under `credit`'s λs, std division and statistics.
 
     scores: per rollout, a dict with r_tool, r_sum (rewards.score); turn_r: per rollout, its tool
     turns' rewards (see turn_table); batch: response_mask, tool_mask, summary_mask (B, L) as
@@ -179,38 +209,41 @@ def slca_terms(scores, turn_r, batch, keep, group_ids, lam_tool=1.0, lam_sum=1.0
     col = lambda k: torch.tensor([s[k] for s in scores], dtype=torch.float32)  # noqa: E731  (B,)
     tp = batch["tool_mask"].bool().any(1).cpu() & keep                                  # (B,)
     sp = batch["summary_mask"].bool().any(1).cpu() & keep
-    adv_tool, adv_sum = slca_advantages(col("r_tool"), col("r_sum"), tp, sp, group_ids, lam_tool=lam_tool,
-                                        lam_sum=lam_sum, norm_by_std=norm_by_std, stats=stats)  # (B,) each
+    adv_tool, adv_sum = slca_advantages(col("r_tool"), col("r_sum"), tp, sp, group_ids, lam_tool=credit.lam_tool,
+                                        lam_sum=credit.lam_sum, norm_by_std=credit.norm_by_std,
+                                        stats=credit.group_stats)                       # (B,) each
     adv_turn = turn_advantages(*turn_table(turn_r, batch["response_mask"].cpu()), group_ids,
-                               norm_by_std=norm_by_std)                                 # (B, K)
+                               norm_by_std=credit.norm_by_std)                          # (B, K)
     return adv_tool, adv_sum, adv_turn, tp, sp
 
 
-def token_advantages(algo, scores, turn_r, batch, keep, group_ids, lam_tool=1.0, lam_sum=1.0, omega=TURN_CREDIT,
-                     norm_by_std=True, toolpo_norm_by_std=False, stats=STATS[0], decision=None):
-    """The per-token advantages A (B, L) that `algo` trains on (one of ALGOS), on the masks' device.
+def token_advantages(scores, turn_r, batch, keep, group_ids, credit=Credit(), *, decision=None):
+    """The per-token advantages A (B, L) that `credit.algo` trains on (one of ALGOS), on the masks' device.
 
-    Arguments as slca_terms; scores also hold score, r_succ, r_action. omega is Eq. 14's ω (slca
-    only); toolpo_norm_by_std is Eq. 13's std division (norm_by_std is the others'); decision
-    (B, L), segment.decision_mask of the batch's masks, turns on Eq. 15 (slca only; None: Eq. 8)."""
+    Arguments as slca_terms; scores also hold score, r_succ, r_action. credit.turn_credit is Eq. 14's
+    ω (slca only); credit.toolpo_norm_by_std is Eq. 13's std division (norm_by_std is the others');
+    decision (B, L), segment.decision_mask of the batch's masks, is Eq. 15's d, needed when
+    credit.decision_credit is "tool" (slca only; "summary": Eq. 8)."""
+    algo, stats = credit.algo, credit.group_stats
     tool_mask, summary_mask = batch["tool_mask"], batch["summary_mask"]
     dev = lambda x: x.to(tool_mask.device)  # noqa: E731
     col = lambda k: torch.tensor([s[k] for s in scores], dtype=torch.float32)  # noqa: E731  (B,)
+    if credit.decision_credit == "tool" and (algo != "slca" or decision is None):
+        raise ValueError(f"decision credit (Eq. 15) is SLCA's, on the decision mask: algo slca with `decision`, "
+                         f"not {algo!r}{' without it' if decision is None else ''}")
     if algo == "slca":                                                                  # Eqs. 7-8, 14
-        adv_tool, adv_sum, adv_turn, _, _ = slca_terms(scores, turn_r, batch, keep, group_ids, lam_tool, lam_sum,
-                                                       norm_by_std, stats)
+        adv_tool, adv_sum, adv_turn, _, _ = slca_terms(scores, turn_r, batch, keep, group_ids, credit)
         A = route_turns(dev(adv_tool), dev(adv_sum), dev(adv_turn), run_index(batch["response_mask"]),
-                        tool_mask, summary_mask, omega, lam_tool)                       # (B, L)
-        return A if decision is None else route_decision(A, dev(adv_tool), decision)    # Eq. 15
-    if decision is not None:
-        raise ValueError(f"decision credit (Eq. 15) is SLCA's: algo slca, not {algo!r}")
+                        tool_mask, summary_mask, omega=credit.turn_credit, lam_tool=credit.lam_tool)  # (B, L)
+        return route_decision(A, dev(adv_tool), decision) if credit.decision_credit == "tool" else A  # Eq. 15
     if algo == "grpo":                                                                  # Eq. 6
-        adv = grpo_advantages(col("score"), group_ids, norm_by_std=norm_by_std, present=keep, stats=stats)  # (B,)
+        adv = grpo_advantages(col("score"), group_ids, norm_by_std=credit.norm_by_std, present=keep,
+                              stats=stats)  # (B,)
         return route(dev(adv), dev(adv), tool_mask, summary_mask)
     if algo == "toolpo":                                                                # Eq. 13
         tp = tool_mask.bool().any(1).cpu() & keep                                       # (B,)
         a_succ, a_action = toolpo_advantages(col("r_succ"), col("r_action"), keep, tp, group_ids,
-                                             norm_by_std=toolpo_norm_by_std, stats=stats)
+                                             norm_by_std=credit.toolpo_norm_by_std, stats=stats)
         return route(dev(a_succ + a_action), dev(a_succ), tool_mask, summary_mask)
     raise ValueError(f"algo must be one of {ALGOS}, not {algo!r}")
 

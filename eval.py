@@ -14,6 +14,7 @@ lib/runs/evalcli.py's; the external benchmarks are `python -m bench` (bench/__ma
 """
 import argparse
 from collections import defaultdict
+from dataclasses import replace
 
 from tqdm import tqdm
 
@@ -22,11 +23,11 @@ import rewards
 from lib.inputs.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
 from lib.training.model import load_policy
 from lib.training.precision import autocast, bf16_note, cast_once
-from rollout import GEN_BATCH, MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, prompt_ids, rollout
+from rollout import GEN_BATCH, MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, Episode, prompt_ids, rollout
 from lib.inputs.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
 from simulator import MALFORMED, PARSES, PROMPT, SCHEMA_CHECKS, Simulator
 from lib.frozen.sgls import PROMPT_FIELDS
-from lib.runs.config import bounds_help, check_bounds
+from lib.runs.config import bounds_help, check_bounds, settings
 from lib.runs.evalcli import (FMT, aggregate_command, bench_parser, fingerprint, llm_client, resume, run_config,
                               text_table, write_summary)
 from lib.runs.files import append_jsonl
@@ -73,33 +74,33 @@ def metrics(scores):
     return {"all": table(scores), **{k: table(v) for k, v in sorted(by_type.items())}, **bonus}
 
 
-def evaluate(model, tok, tasks, simulator, judge, batch_size=GEN_BATCH, max_turns=MAX_TURNS, max_tokens=MAX_TOKENS,
-             max_tool_rounds=MAX_TOOL_ROUNDS, strict=False, gate=rewards.GATES[0],
-             reward_input=rewards.INPUTS[0], sampler=SAMPLERS[0]):
+def evaluate(model, tok, tasks, simulator, judge, *, episode=Episode(), hierr=rewards.HierR()):
     """The Toucan evaluation, the one that train.py's before/after-RL rows and `eval.py toucan`
-    both run: greedy rollouts on `tasks` (`batch_size` at a time by `sampler`; caps as rollout.py's,
-    `max_tool_rounds` 0 = no cap), scored by rewards.score_rollouts with the default HierR weights and
-    λ_tool = λ_sum = 1 whatever the training used (`strict`, `gate`, `reward_input` as there). Returns
-    (per-task scores, rollouts); metrics(scores) is the table. The caller picks the task set
+    both run: greedy rollouts on `tasks` under `episode`'s caps and sampler (its temperature set to 0),
+    scored by rewards.score_rollouts as `hierr` reads model output (strict_calls, summary_gate,
+    reward_input), with the default HierR weights and λ_tool = λ_sum = 1 whatever the training used.
+    Returns (per-task scores, rollouts); metrics(scores) is the table. The caller picks the task set
     (data.drop_long for the long-prompt filter) and the compute dtype (precision.autocast, with
     the weights cast once by precision.cast_once)."""
-    rs = rollout(model, tok, tasks, simulator, temperature=0.0, max_turns=max_turns, max_tokens=max_tokens,
-                 batch_size=batch_size, max_tool_rounds=max_tool_rounds or None, sampler=sampler)
-    return rewards.score_rollouts(rs, judge, strict=strict, gate=gate, tok=tok, reward_input=reward_input), rs
+    rs = rollout(model, tok, tasks, simulator, replace(episode, temperature=0.0))
+    reading = rewards.HierR(strict_calls=hierr.strict_calls, summary_gate=hierr.summary_gate,
+                            reward_input=hierr.reward_input)
+    return rewards.score_rollouts(rs, judge, reading, tok=tok), rs
 
 
-def run_toucan(model, tok, tasks, simulator, judge, out_jsonl=None, fingerprint=None, batch_size=GEN_BATCH,
-               **settings):
-    """evaluate() (`settings`: its other keywords) on `batch_size` tasks at a time; each task's
-    record (id = its index in `tasks`, scores, turns) is appended to out_jsonl, and tasks
-    already there (made under `fingerprint`) are skipped. Returns (summary, records)."""
+def run_toucan(model, tok, tasks, simulator, judge, *, out_jsonl=None, fingerprint=None, episode=Episode(),
+               hierr=rewards.HierR()):
+    """evaluate() on `episode.gen_batch` tasks at a time; each task's record (id = its index in
+    `tasks`, scores, turns) is appended to out_jsonl, and tasks already there (made under
+    `fingerprint`) are skipped. Returns (summary, records)."""
+    batch_size = episode.gen_batch
     done = {r["id"]: r for r in resume(out_jsonl, fingerprint)}
     records = [done[i] for i in range(len(tasks)) if i in done]
     todo = [i for i in range(len(tasks)) if i not in done]
     with tqdm(total=len(tasks), initial=len(records), desc="toucan", dynamic_ncols=True) as bar:
         for s in range(0, len(todo), batch_size):
             ids = todo[s:s + batch_size]
-            scores, rs = evaluate(model, tok, [tasks[i] for i in ids], simulator, judge, batch_size, **settings)
+            scores, rs = evaluate(model, tok, [tasks[i] for i in ids], simulator, judge, episode=episode, hierr=hierr)
             rows = [{"id": i, "question": r.task.question, **sc, "turns": r.turns}
                     for i, sc, r in zip(ids, scores, rs)]
             append_jsonl(out_jsonl, rows)
@@ -258,10 +259,9 @@ def main(argv=None):
         print(f"dropped {dropped} prompts over --max-prompt-tokens {a.max_prompt_tokens}")
     sim, judge, _ = frozen_llms(a)
     with cast_once(model, a.dtype), autocast(a.dtype, a.device):  # no weight changes: one cast of them
-        summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, a.out, fp, a.batch_size,
-                                max_turns=a.max_turns, max_tokens=a.max_tokens, max_tool_rounds=a.max_tool_rounds,
-                                strict=a.strict_calls, gate=a.summary_gate, reward_input=a.reward_input,
-                                sampler=a.sampler)
+        summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, out_jsonl=a.out, fingerprint=fp,
+                                episode=settings(Episode, {**vars(a), "gen_batch": a.batch_size}),
+                                hierr=settings(rewards.HierR, a))
     print(format_table(summary))
     print(text_table(summary, THRESHOLD_COLUMNS, width=12))
     return write_summary(a.out, fp, summary)

@@ -11,14 +11,16 @@
     "seq-mean-token-mean"  Σ_i (Σ_t x_{i,t} / n_i) / N,  N = rows of the mini-batch with n_i > 0
 
 The caller passes N (`normaliser`, summed over ranks), so any split into micro-batches gives
-the same gradient; KL is aggregated as L; a row with an empty mask adds 0. train.py uses the
-release's "seq-mean-token-mean" (what verl's actor optimised), the function's default is the
-paper's "token-mean". Masked positions are removed with torch.where, never a product, so NaN
+the same gradient; KL is aggregated as L; a row with an empty mask adds 0. `Clip` holds the
+knobs (ε, c, β, the aggregation), train.py's flags of the same names; its aggregation is the
+release's "seq-mean-token-mean" (what verl's actor optimised), `Clip(loss_agg="token-mean")` the
+paper's statement. Masked positions are removed with torch.where, never a product, so NaN
 or inf there reaches neither loss, stats nor gradient. The same loss for GRPO, SLCA and
 ToolPO; mirrors verl's compute_policy_loss_vanilla, agg_loss and kl_penalty("low_var_kl").
 `grad_cosine` is the paper's tool-versus-summary gradient cosine. Details: docs/method.md §4.
 """
 import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -30,19 +32,33 @@ KL_BETA = 0.001    # docs/method.md §4: weight of the k3 KL to the SFT referenc
 AGGS = ("token-mean", "seq-mean-token-mean")  # Eq. 12 aggregations (names as verl's loss_agg_mode)
 
 
-def policy_loss(logp, old_logp, ref_logp, advantages, mask, norm,
-                clip_eps=CLIP_EPS, clip_c=CLIP_C, kl_beta=KL_BETA, agg="token-mean"):
-    """Eqs. 9-12 on one micro-batch. All tensors (B, T); ref_logp may be None when kl_beta == 0.
+@dataclass(frozen=True)
+class Clip:
+    """The loss's knobs (docs/method.md §4): train.py's flags of the same names, in its "loss" group."""
+    clip_eps: float = field(default=CLIP_EPS, metadata={"help": "ε of Eq. 10's ratio clip", "range": "(0, 1]",
+                                                        "hidden": True})
+    clip_c: float = field(default=CLIP_C, metadata={"help": "dual-clip constant", "range": "(1, 100]",  # verl asserts c > 1
+                                                    "hidden": True})
+    kl_beta: float = field(default=KL_BETA, metadata={"help": "0 drops the reference model", "range": "[0, 100]"})
+    loss_agg: str = field(default=AGGS[1], metadata={
+        "choices": AGGS, "help": "seq-mean-token-mean = what the released run computed (one rollout per micro-batch): "
+        "a mean over rollouts of per-rollout token means; token-mean = one mean over the mini-batch's tokens"})
 
-    mask: 0/1 (any dtype), the tokens that count. norm: the mini-batch's N for `agg` (see the
-    module docstring); a count, where 0 is taken as 1 (an empty mini-batch gives loss 0).
+
+def policy_loss(logp, old_logp, ref_logp, advantages, mask, norm, *, clip=Clip()):
+    """Eqs. 9-12 on one micro-batch, under `clip`'s ε, c, β and aggregation. All tensors (B, T);
+    ref_logp may be None when β = 0.
+
+    mask: 0/1 (any dtype), the tokens that count. norm: the mini-batch's N for the aggregation
+    (see the module docstring); a count, where 0 is taken as 1 (an empty mini-batch gives loss 0).
 
     Returns (loss, stats): loss is a scalar to backpropagate; stats holds floats that sum
     over micro-batches into mini-batch aggregates, under the same `agg` (pg_loss, kl,
     clip_frac, dual_clip_frac, approx_kl between old and current policy, ratio).
     """
+    clip_eps, clip_c, kl_beta, agg = clip.clip_eps, clip.clip_c, clip.kl_beta, clip.loss_agg
     if agg not in AGGS:
-        raise ValueError(f"agg must be one of {AGGS}, got {agg!r}")
+        raise ValueError(f"loss_agg must be one of {AGGS}, got {agg!r}")
     m = mask.bool()                                            # (B, T)
     keep = lambda x: torch.where(m, x, 0.0)                    # noqa: E731  masked positions -> 0
     logp, old_logp, advantages = keep(logp), keep(old_logp), keep(advantages)

@@ -11,7 +11,7 @@ Each trajectory gets two scores, one per segment (see segment.py):
 The five parts are the released reward's (rl/slca_grpo/reward_fn.py) on every input it does not
 crash on (tests/test_release_parity.py against tests/release_reward.py); the process score pools
 the valid calls of all turns against the gold calls. `strict` (--strict-calls) is a project
-deviation; `extra_cost` and `block_cost` (--extra-call-cost, --extra-block-cost, Eq. 16) a project
+deviation; `extra_call_cost` and `extra_block_cost` (--extra-call-cost, --extra-block-cost, Eq. 16) a project
 extension that charges each valid call beyond the gold's calls (e) and each valid block beyond the
 gold's steps (u) in the training reward only (the logged `process` and Success@0.9 stay
 Eq. 2's). S_sum is 0 without a tool response or with a final response under 10 characters; which
@@ -19,14 +19,16 @@ responses count is the summary gate (GATES: "real" ones only, or the release's <
 blocks of the decoded trajectory, `release_responses` / `release_final`). ToolPO (§3.3) adds
 r_action and r_succ to every score dict. The judges (the offline FactsJudge, the LLM judge,
 NoisyJudge) are lib/frozen/judges.py's. `score_rollouts` is the training reward of a batch (train.py's
-and eval.py's). Nothing raises on hostile text and the time is linear in it; the rules in
-detail: docs/method.md §2 (§2.4 for the code's conventions).
+and eval.py's); `HierR` holds the knobs, train.py's flags of the same names. Nothing raises on
+hostile text and the time is linear in it; the rules in detail: docs/method.md §2 (§2.4 for the
+code's conventions).
 
     python -m pytest -q tests/test_rewards.py tests/test_release_parity.py
 """
 import json
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from segment import CLOSE, OPEN, drop_blocks, find_blocks, parse_block, strip_think
 from lib.inputs.data import normalize_gold
@@ -44,6 +46,49 @@ BOOLS = {"true": True, "false": False, "1": True, "0": False}  # docs/method.md 
 GATES = ("real", "release")  # what opens S_sum: real tool responses only, or any <tool_response> block (the release's)
 INPUTS = ("policy", "decoded")  # the process score reads: the policy's own text, or the decoded trajectory (release)
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
+
+
+@dataclass(frozen=True)
+class HierR:
+    """The reward's knobs: train.py's flags of the same names. The first six are the training reward's
+    ("rewards and advantages"); the last three say how model output is read and scored, in training
+    and in eval.py alike ("the episode and its scoring")."""
+    hierr_weights: tuple = field(default=tuple(WEIGHTS.values()), metadata={
+        "nargs": 5, "metavar": ("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"), "range": "[0, 100]",
+        "help": "Eq. 2's; 0 0 0 0 0 = 'w/o HierR'"})
+    lam_tool: float = field(default=LAM, metadata={"help": "λ_tool of Eqs. 4 and 8", "range": "[0, 100]"})
+    lam_sum: float = field(default=LAM, metadata={"help": "λ_sum of Eqs. 4 and 8", "range": "[0, 100]"})
+    succ_judge: bool = field(default=False, metadata={
+        "help": "ToolPO's R_succ from the judge's Solved/Unsolved (the paper's main rows) instead of the reference "
+                "rule over the gold calls"})
+    extra_call_cost: float = field(default=EXTRA_COST, metadata={
+        "metavar": "C", "range": "[0, 100]",
+        "help": "c of README Eq. 16 (a project extension): each valid call beyond the gold's count costs c of "
+                "S_process in the training reward (score and R_tool; --algo slca or grpo); 0 = HierR exactly"})
+    extra_block_cost: float = field(default=BLOCK_COST, metadata={
+        "metavar": "B", "range": "[0, 100]",
+        "help": "b of README Eq. 16 (a project extension): each valid <tool_call> block beyond the gold's steps (a "
+                "parallel step split over turns, a turn no step needs) costs b of S_process in the training reward, "
+                "as --extra-call-cost; 0 = HierR exactly"})
+    strict_calls: bool = field(default=False, metadata={
+        "help": "a block with no valid call is invalid and a response with no valid call is an omission (-0.5); the "
+                "release only looks for the <tool_call> tag, so `<tool_call>[]</tool_call>` scores 1.0 on an "
+                "irrelevant prompt there"})
+    summary_gate: str = field(default=GATES[0], metadata={
+        "choices": GATES, "hidden": True,
+        "help": "what opens S_sum and what the judge rates: real = the final turn (none when it holds a call), on "
+                "the tool responses of calls that passed the checks and were answered; release = the released "
+                "reward's: the text after the last tool response, on every <tool_response> block of the decoded "
+                "trajectory, error observations included"})
+    reward_input: str = field(default=INPUTS[0], metadata={
+        "choices": INPUTS, "hidden": True,
+        "help": "what the process score reads: policy = the policy's own text; decoded = the released reward's, "
+                "the decoded trajectory with its tool turns (a <tool_call> or <think> inside a tool response counts "
+                "as the policy's)"})
+
+    def weights(self):
+        """Eq. 2's weights as a dict of the five parts."""
+        return dict(zip(WEIGHTS, self.hierr_weights))
 
 
 def loose_equal(x, y):
@@ -223,23 +268,22 @@ def _bounded(texts):
     return out
 
 
-def score(response_text, final_response, tool_responses, task, judge,
-          weights=None, lam_tool=LAM, lam_sum=LAM, strict=False, succ_judge=False, extra_cost=EXTRA_COST,
-          block_cost=BLOCK_COST):
-    """Everything one trajectory gets: the parts, S_sum, score (Eq. 4), R_tool, R_sum (Eq. 5),
+def score(response_text, final_response, tool_responses, task, judge, hierr=HierR()):
+    """Everything one trajectory gets under `hierr`: the parts, S_sum, score (Eq. 4), R_tool, R_sum (Eq. 5),
     judge_failed, judged and unrated (docs/method.md §2.4), and ToolPO's r_action and r_succ;
     `extra` counts the valid calls beyond the gold's and `extra_blocks` the valid blocks beyond the gold's
-    steps, charged `extra_cost` and `block_cost` each in score and R_tool (Eq. 16; `process` stays Eq. 2's).
+    steps, charged c and b each in score and R_tool (Eq. 16; `process` stays Eq. 2's).
 
     `task` needs .gold, .allowed_tools, .question and .facts (data.Task has them).
     response_text is the policy's own text over all turns; final_response the last turn's
     text when it holds no tool call, else ""; tool_responses the real tool responses only.
     """
+    lam_tool, lam_sum = hierr.lam_tool, hierr.lam_sum
     gold = normalize_gold(task.gold)
-    s, pred, gold_flat, blocks = _process(response_text, gold, task.allowed_tools, weights, strict)
+    s, pred, gold_flat, blocks = _process(response_text, gold, task.allowed_tools, hierr.weights(), hierr.strict_calls)
     s.update(summary=0.0, judge_failed=0.0, judged=0.0, unrated=0.0, r_action=0.0, r_succ=0.0,
              extra=float(max(0, len(pred) - len(gold_flat))), extra_blocks=float(max(0, blocks - len(gold))))
-    charge = extra_cost * s["extra"] + block_cost * s["extra_blocks"]
+    charge = hierr.extra_call_cost * s["extra"] + hierr.extra_block_cost * s["extra_blocks"]
     tool = max(0.0, s["process"] - charge)  # Eq. 16; S_process >= 0, so c = b = 0 leaves it as it is
     if s["omission"]:  # the judge is not called
         s["score"] = OMISSION_SCORE
@@ -254,7 +298,7 @@ def score(response_text, final_response, tool_responses, task, judge,
             s["judge_failed"] = 1.0
         hits = _strict_hits(pred, gold_flat)
         s["r_action"] = hits / len(gold_flat) if gold_flat else 1.0
-        if succ_judge and hasattr(judge, "solved"):
+        if hierr.succ_judge and hasattr(judge, "solved"):
             s["r_succ"] = _solved(final_response, task.question, tool_responses, judge, s)
         else:
             s["r_succ"] = float(hits == len(gold_flat) and (bool(gold_flat) or not pred))
@@ -305,20 +349,20 @@ def release_final(text):
     return drop_blocks(text).strip()
 
 
-def score_rollouts(rs, judge, weights=None, lam_tool=LAM, lam_sum=LAM, workers=16, strict=False, succ_judge=False,
-                   gate=GATES[0], tok=None, reward_input=INPUTS[0], extra_cost=EXTRA_COST, block_cost=BLOCK_COST):
-    """The training reward of a batch of rollouts (rollout.Rollout): HierR for each (`score`;
-    `strict`, `succ_judge`, `extra_cost` and `block_cost` as there), plus what the logs need from the rollout. The summary
-    gate: "real" judges the rollout's final turn on its real tool responses; "release" judges
+def score_rollouts(rs, judge, hierr=HierR(), tok=None, workers=16):
+    """The training reward of a batch of rollouts (rollout.Rollout): HierR for each (`score`, under
+    `hierr`), plus what the logs need from the rollout. The summary gate (hierr.summary_gate):
+    "real" judges the rollout's final turn on its real tool responses; "release" judges
     release_final on every <tool_response> block (release_responses) of its response ids
     decoded by `tok` as the release decodes them (special tokens skipped). The process score
-    reads the policy's own text (reward_input "policy") or, as the release does, that decoded
+    reads the policy's own text (hierr.reward_input "policy") or, as the release does, that decoded
     trajectory, tool turns included ("decoded": a <tool_call> or <think> inside a tool response
     counts as the policy's). Scored on `workers` threads, so a remote judge answers them
     concurrently.
     score_norm is the released code's normalised score (success_code@t)."""
+    gate, reward_input, lam = hierr.summary_gate, hierr.reward_input, hierr.lam_tool + hierr.lam_sum
     if gate not in GATES or (gate == "release" and tok is None):
-        raise ValueError(f"gate must be one of {GATES} (release needs tok), not {gate!r}")
+        raise ValueError(f"summary_gate must be one of {GATES} (release needs tok), not {gate!r}")
     if reward_input not in INPUTS or (reward_input == "decoded" and tok is None):
         raise ValueError(f"reward_input must be one of {INPUTS} (decoded needs tok), not {reward_input!r}")
 
@@ -329,10 +373,8 @@ def score_rollouts(rs, judge, weights=None, lam_tool=LAM, lam_sum=LAM, workers=1
         else:
             final, responses = release_final(decoded), release_responses(decoded)
         text = r.text if reward_input == "policy" else decoded
-        s = score(text, final, tool_responses=responses, task=r.task, judge=judge,
-                          weights=weights, lam_tool=lam_tool, lam_sum=lam_sum, strict=strict, succ_judge=succ_judge,
-                  extra_cost=extra_cost, block_cost=block_cost)
-        s.update(score_norm=max(0.0, s["score"]) / (lam_tool + lam_sum) if lam_tool + lam_sum > 0 else 0.0,
+        s = score(text, final, responses, r.task, judge, hierr)
+        s.update(score_norm=max(0.0, s["score"]) / lam if lam > 0 else 0.0,
                  tool_turns=r.tool_turns, stop=r.stop, length=len(r.ids), sim_failed=r.failed,
                  parallel_type=r.task.parallel_type or "unknown")
         if r.task.bonus:  # the diagnostic worlds: did the policy call the marked tool, and with its marked arguments?

@@ -14,15 +14,16 @@ Samplers (`--sampler`): "generate", `generate` below, the reference (Hugging Fac
 (the default: each row keeps its KV cache across turns); "compiled", lib.sampling.sampler through
 torch.compile (lib/sampling/compiled.py). Greedy, they agree (tests/test_rollout.py).
 
-Caps: `max_turns` (10), `max_tool_rounds` (None: no cap; the paper preset passes the release's
-6), `max_tokens` response tokens, observations included (8,192). Each rollout records why it
+The caps and the sampler are an `Episode`, train.py's flags of the same names: `max_turns` (10),
+`max_tool_rounds` (the release's 6; 0 = no cap), `max_tokens` response tokens, observations
+included (8,192), `gen_batch` rows at a time. Each rollout records why it
 stopped: "done", "no_call", "turns", "tool_rounds" or "length". A simulator that raises does
 not end the batch (its call fails, observed as "Error when executing tool: <reason>").
 Untrusted text stays text: special-token strings in tasks, tools and observations are encoded
 as plain text (`chat_ids`, `plain_ids`). The rules in full: docs/method.md §6.
 
     rs = rollout(model, tok, tasks, simulator)   # one Rollout per task: repeat tasks G times for a group
-    rs = rollout(model, tok, tasks, simulator, sampler="generate")   # the same through model.generate
+    rs = rollout(model, tok, tasks, simulator, Episode(sampler="generate"))   # the same through model.generate
 """
 import functools
 import warnings
@@ -34,6 +35,7 @@ from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteria
 from segment import CLOSE, OPEN, Call, segment_masks, strip_think
 
 from lib.inputs.chat import chat_ids, renders_tools, with_tools
+from lib.inputs.data import MAX_PROMPT_TOKENS
 from lib.sampling import compiled
 from lib.sampling.generation import Chosen
 from lib.sampling.sampler import sample
@@ -45,6 +47,30 @@ TEMPERATURE = 1.0   # training rollouts' sampling temperature (docs/method.md §
 GEN_BATCH = 64      # rows sampled at once: memory, not numbers (greedy ids do not depend on it)
 SAMPLERS = ("cached", "generate", "compiled")  # --sampler: lib.sampling.sampler.sample (the default), `generate` (the
                                                # reference), lib.sampling.sampler.sample with lib/sampling/compiled.py's step
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One episode's caps and sampler: train.py's flags of the same names (eval.py toucan's too, but for
+    temperature, greedy there, and its --batch-size for gen_batch)."""
+    temperature: float = field(default=TEMPERATURE, metadata={"help": "rollout sampling temperature",
+                                                              "range": "[0, 100]", "hidden": True})
+    max_tokens: int = field(default=MAX_TOKENS, metadata={
+        "help": "response tokens per trajectory, observations included", "range": "[1, 1e7]"})
+    gen_batch: int = field(default=GEN_BATCH, metadata={
+        "range": "[1, 1e7]", "hidden": True,
+        "help": "rollouts sampled together through all their turns; a multiple of G prefills each prompt once"})
+    max_prompt_tokens: int = field(default=MAX_PROMPT_TOKENS, metadata={
+        "help": "longer prompts are dropped (the release's)", "range": "[1, 1e7]", "hidden": True})
+    max_turns: int = field(default=MAX_TURNS, metadata={"help": "assistant turns per trajectory (docs/method.md §6)",
+                                                        "range": "[1, 1e7]"})
+    max_tool_rounds: int = field(default=MAX_TOOL_ROUNDS, metadata={
+        "help": "answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap", "range": "[0, 1e7]"})
+    sampler: str = field(default=SAMPLERS[0], metadata={
+        "choices": SAMPLERS,
+        "help": "cached = lib/sampling/sampler.py (KV caches kept across turns, each prompt prefilled once per group); "
+                "generate = Hugging Face model.generate, the reference; compiled = cached with each decoding step "
+                "through torch.compile (lib/sampling/compiled.py; Qwen2 only) (rollout.py)"})
 
 
 @dataclass
@@ -228,17 +254,17 @@ def observe(simulator, texts, tasks):
         return out
 
 
-def rollout(model, tok, tasks, simulator, groups=None, temperature=TEMPERATURE, max_turns=MAX_TURNS,
-            max_tokens=MAX_TOKENS, batch_size=GEN_BATCH, max_tool_rounds=None, sampler=SAMPLERS[0]):
-    """Run every task to the end, `batch_size` rollouts at a time, each turn sampled by `sampler`
-    (one of SAMPLERS; "cached": each batch keeps its caches over all its turns and a multiple of
-    the group size G prefills each prompt once); returns one Rollout per task, in order."""
-    if sampler not in SAMPLERS:
-        raise ValueError(f"sampler {sampler!r}: not one of {SAMPLERS}")
+def rollout(model, tok, tasks, simulator, episode=Episode(), groups=None):
+    """Run every task to the end under `episode`'s caps, `episode.gen_batch` rollouts at a time, each turn
+    sampled by `episode.sampler` (one of SAMPLERS; "cached": each batch keeps its caches over all its turns
+    and a multiple of the group size G prefills each prompt once); `groups`: each task's group (default:
+    its own). Returns one Rollout per task, in order."""
+    if episode.sampler not in SAMPLERS:
+        raise ValueError(f"sampler {episode.sampler!r}: not one of {SAMPLERS}")
     groups = list(range(len(tasks))) if groups is None else groups
     rs = [Rollout(t, g, prompt_ids(tok, t)) for t, g in zip(tasks, groups)]
-    for s in range(0, len(rs), batch_size):
-        run(model, tok, rs[s:s + batch_size], simulator, temperature, max_turns, max_tokens, max_tool_rounds, sampler)
+    for s in range(0, len(rs), episode.gen_batch):
+        run(model, tok, rs[s:s + episode.gen_batch], simulator, episode)
     for r in rs:
         m = torch.tensor([r.mask])                                      # (1, T)
         tool, summ, _, _ = segment_masks(m)
@@ -246,12 +272,13 @@ def rollout(model, tok, tasks, simulator, groups=None, temperature=TEMPERATURE, 
     return rs
 
 
-def run(model, tok, rs, simulator, temperature, max_turns, max_tokens, max_tool_rounds, sampler):
+def run(model, tok, rs, simulator, episode):
     """All turns of the rollouts `rs`, in place. `kvs[i]`: what row i's sampler keeps between its
     turns (a KV cache, or for `generate` the ids fed); `pending[i]`: the ids it feeds next."""
+    max_turns, max_tokens, max_tool_rounds = episode.max_turns, episode.max_tokens, episode.max_tool_rounds
     stops, ended = stop_ids(tok), stop_text(tok)
     sample_turn = {"cached": sample, "compiled": functools.partial(sample, decode=compiled.compiled),
-                   "generate": functools.partial(generate, pad_id=tok.pad_token_id)}[sampler]
+                   "generate": functools.partial(generate, pad_id=tok.pad_token_id)}[episode.sampler]
     kvs, pending = [None] * len(rs), [r.prompt for r in rs]
     live = list(range(len(rs)))
     for turn in range(max_turns):
@@ -259,7 +286,7 @@ def run(model, tok, rs, simulator, temperature, max_turns, max_tokens, max_tool_
             break
         past, kvs = [kvs[i] for i in live], [None] * len(rs)  # handed over to the sampler, which frees them
         new = sample_turn(model, past, [pending[i] for i in live], [max_tokens - len(rs[i].ids) for i in live],
-                     temperature, stops, ended)
+                     episode.temperature, stops, ended)
         callers, texts = [], []
         for i, (ids, lps, kv) in zip(live, new):
             r = rs[i]
@@ -276,7 +303,7 @@ def run(model, tok, rs, simulator, temperature, max_turns, max_tokens, max_tool_
                 r.stop = "length"
             elif turn == max_turns - 1:  # the cap: this call is never answered
                 r.stop = "turns"
-            elif max_tool_rounds is not None and rounds >= max_tool_rounds:
+            elif max_tool_rounds and rounds >= max_tool_rounds:
                 r.stop = "tool_rounds"
             else:
                 callers.append(i)

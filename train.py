@@ -34,15 +34,16 @@ import os
 import random
 import sys
 import time
+from dataclasses import replace
 
 import torch
 from tqdm import tqdm
 
 import rewards
-from rewards import score_rollouts
-from advantage import ALGOS, DECISION_CREDIT, STATS, TURN_CREDIT, log_sums, slca_terms, token_advantages
-from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, grad_cosine, normaliser, policy_loss
-from rollout import TEMPERATURE, collate, prompt_ids, rollout
+from rewards import HierR, score_rollouts
+from advantage import ALGOS, DECISION_CREDIT, STATS, TURN_CREDIT, Credit, log_sums, slca_terms, token_advantages
+from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, Clip, grad_cosine, normaliser, policy_loss
+from rollout import TEMPERATURE, Episode, collate, prompt_ids, rollout
 from segment import decision_mask
 from simulator import unrecorded
 from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
@@ -61,6 +62,7 @@ from lib.runs import config, loop
 from lib.runs.checkpoints import save_checkpoint, save_final
 from lib.runs.files import Logs
 from lib.runs.runfolder import check_folder, lock, open_run, stop_if_asked, stop_requests, writing
+from lib.runs.config import settings
 from lib.runs.threads import Threads
 
 # the defaults and choices the method modules own, for the flag table (lib/runs/config.py)
@@ -90,18 +92,17 @@ def sft_config(a):
 
 # ---------------------------------------------------------------------------------------------
 # the RL step: rollouts -> rewards -> advantages -> old and reference log-probs -> PPO update
-def backward(model, batch, idx, old, ref, A, mask_key, norm, a):
+def backward(model, batch, idx, mask_key, norm, a):
     """Accumulate the gradient of the loss (Eqs. 9-12) over rows `idx`, counting only the
     tokens of `mask_key`; `norm` is the mini-batch's N (loss.normaliser, summed over ranks).
     FSDP averages gradients over ranks, so each rank's loss is scaled by the world size.
     Returns the stats summed over micro-batches."""
-    stats = {}
+    stats, clip = {}, settings(Clip, a)
     for rows, mb in micro_batches(batch, idx, a.micro_batch, a.group_size):
-        L = mb["input_ids"].shape[1]
         lp = token_logprobs(model, mb["input_ids"], mb["attention_mask"], mb["response_mask"],
                             groups=torch.tensor(rows) // a.group_size)      # each prompt runs once
-        loss, st = policy_loss(lp, old[rows, :L], ref[rows, :L] if ref is not None else None,
-                               A[rows, :L], mb[mask_key], norm, a.clip_eps, a.clip_c, a.kl_beta, a.loss_agg)
+        loss, st = policy_loss(lp, mb["old_logprobs"], mb.get("ref_logprobs"), mb["advantages"], mb[mask_key], norm,
+                               clip=clip)
         (loss * world()).backward()
         st["loss"] = loss.item()
         for k, v in st.items():
@@ -109,9 +110,10 @@ def backward(model, batch, idx, old, ref, A, mask_key, norm, a):
     return stats
 
 
-def ppo_update(model, opt, batch, old, ref, A, a, bad):
-    """PPO on one rollout batch (this rank's rows, G per prompt): one optimizer step per
-    mini-batch of prompts, `ppo_epochs` passes. Returns (stats summed over updates, bad count)."""
+def ppo_update(model, opt, batch, a, bad):
+    """PPO on one rollout batch (this rank's rows, G per prompt; besides rollout.collate's tensors it holds
+    "old_logprobs", "ref_logprobs" (none without a reference) and "advantages", each (B, L)): one optimizer
+    step per mini-batch of prompts, `ppo_epochs` passes. Returns (stats summed over updates, bad count)."""
     model.train()
     B = len(batch["input_ids"])
     per_mb = a.mini_batch // world() * a.group_size                         # rows of one mini-batch here
@@ -121,9 +123,8 @@ def ppo_update(model, opt, batch, old, ref, A, a, bad):
             idx = list(range(s, min(s + per_mb, B)))
             if a.grad_cosine and epoch == 0 and s == 0:
                 stats["grad_cosine"] = grad_cosine(model, lambda key: backward(
-                    model, batch, idx, old, ref, A, key, normaliser(batch[key][idx], a.loss_agg), a))
-            st = backward(model, batch, idx, old, ref, A, "response_mask",
-                          normaliser(batch["response_mask"][idx], a.loss_agg), a)
+                    model, batch, idx, key, normaliser(batch[key][idx], a.loss_agg), a))
+            st = backward(model, batch, idx, "response_mask", normaliser(batch["response_mask"][idx], a.loss_agg), a)
             loss = all_sum(st.pop("loss"))
             bad, norm, stepped = optimizer_step(model, opt, loss, a.grad_clip, a.max_bad_updates, bad)
             for k, v in st.items():
@@ -137,7 +138,8 @@ def ppo_update(model, opt, batch, old, ref, A, a, bad):
 
 def old_and_ref_logprobs(model, ref, batch, a):
     """log π_old of Eq. 9 (as sampled, or recomputed with --old-logprobs recompute) and log π_ref
-    of Eq. 11 (None without a reference), each (B, L), before any update. Pops batch["logprobs"]."""
+    of Eq. 11 (without a reference, none), each (B, L), before any update: into batch["old_logprobs"]
+    and batch["ref_logprobs"], from batch["logprobs"]."""
     G = a.group_size
     old = batch.pop("logprobs").float() * batch["response_mask"]                    # (B, L)
     refl = torch.zeros_like(old) if ref is not None else None
@@ -150,13 +152,18 @@ def old_and_ref_logprobs(model, ref, batch, a):
             if ref is not None:
                 with lora.adapters_off(ref):  # with LoRA, ref is the policy itself: its adapters off
                     refl[rows, :L] = token_logprobs(ref, *x, groups=groups, rows=NO_GRAD_ROWS)
-    return old, refl
+    batch["old_logprobs"] = old
+    if ref is not None:
+        batch["ref_logprobs"] = refl
 
 
-def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
-    """One rollout batch (this rank's prompts, G rollouts each) and its PPO update. Returns
-    (metrics over all ranks, rollouts, scores, per-turn rewards, (adv_tool, adv_sum, keep), bad-update count)."""
-    G = a.group_size
+def rl_step(model, ref, tok, opt, tasks, group_ids, *, frozen, a, step, bad):
+    """One rollout batch (this rank's prompts `tasks`, G rollouts each) and its PPO update; `frozen`: the
+    simulator and the judge. The method modules' settings (rewards.HierR, advantage.Credit, rollout.Episode,
+    loss.Clip) are read from the run's flags `a` by name. Returns (metrics over all ranks, rollouts, scores,
+    per-turn rewards, (adv_tool, adv_sum, keep), bad-update count)."""
+    G, (sim, judge) = a.group_size, frozen
+    hierr, credit = settings(HierR, a), settings(Credit, a)
     groups = [g for g in group_ids for _ in range(G)]
     model.eval()
     take_unencodable()  # from here on: this step's text (prompts, observations)
@@ -165,17 +172,12 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
     # this step's weights and freed before the update (lib.training.precision.cast_once; FSDP2 gathers them in bf16)
     with cast_once(model, a.dtype):
         with gathered(model):
-            rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, groups, a.temperature, a.max_turns,
-                         a.max_tokens, a.gen_batch, max_tool_rounds=a.max_tool_rounds or None,
-                         sampler=a.sampler)
+            rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, settings(Episode, a), groups)
         t_roll = time.time() - t0
-        weights = dict(zip(rewards.WEIGHTS, a.hierr_weights))                                # Eq. 2's
-        scores = score_rollouts(rs, judge, weights, a.lam_tool, a.lam_sum, strict=a.strict_calls,
-                                succ_judge=a.succ_judge and a.algo == "toolpo", gate=a.summary_gate, tok=tok,
-                                reward_input=a.reward_input, extra_cost=a.extra_call_cost,
-                                block_cost=a.extra_block_cost)                              # Eqs. 2-5 (16)
+        scores = score_rollouts(rs, judge, replace(hierr, succ_judge=hierr.succ_judge and credit.algo == "toolpo"),
+                                tok=tok)                                                    # Eqs. 2-5 (16)
         turn_r = [rewards.turn_rewards([t["text"] for t in r.turns[:-1]], r.task.gold, r.task.allowed_tools,
-                                       weights, a.strict_calls) for r in rs]                 # per rollout, per tool turn
+                                       hierr.weights(), hierr.strict_calls) for r in rs]     # per rollout, per tool turn
         # a rollout that lost a tool answer or its rating to the network is not trained on (--keep-failed: it is)
         sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
         judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
@@ -185,20 +187,19 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, sim, judge, a, step, bad):
             batch[k] = batch[k] * keep.to(a.device)[:, None]
         gids = torch.tensor(groups)                                                         # (B,)
         decision = (decision_mask(batch["response_mask"], batch["input_ids"], tok.decode)
-                    if a.decision_credit == "tool" else None)                              # (B, L) Eq. 15's d
-        A = token_advantages(a.algo, scores, turn_r, batch, keep, gids, a.lam_tool, a.lam_sum, a.turn_credit,
-                             a.norm_by_std, a.toolpo_norm_by_std, a.group_stats, decision)  # (B, L) Eqs. 6-8, 13-15
-        slca = slca_terms(scores, turn_r, batch, keep, gids, a.lam_tool, a.lam_sum, a.norm_by_std,
-                          a.group_stats)                                                    # for the logs, any --algo
+                    if credit.decision_credit == "tool" else None)                         # (B, L) Eq. 15's d
+        batch["advantages"] = token_advantages(scores, turn_r, batch, keep, gids, credit,
+                                               decision=decision)                          # (B, L) Eqs. 6-8, 13-15
+        slca = slca_terms(scores, turn_r, batch, keep, gids, credit)                       # for the logs, any --algo
         t_lp = time.time()
-        old, refl = old_and_ref_logprobs(model, ref, batch, a)
+        old_and_ref_logprobs(model, ref, batch, a)
     t1 = time.time()
-    stats, bad = ppo_update(model, opt, batch, old, refl, A, a, bad)                     # Eqs. 9-12
+    stats, bad = ppo_update(model, opt, batch, a, bad)                                     # Eqs. 9-12
     t_train = time.time() - t1
     sums = {**log_sums(*slca, gids),
             "missed": float(sum(unrecorded(r.turns, r.task) for r in rs))}  # in rows that record no response
-    m, tot = loop.step_metrics(step, rs, scores, batch, stats, sums, sim_fail, judge_fail, bad, t_roll, t_train,
-                               a.ppo_epochs)
+    m, tot = loop.step_metrics(step, rs, scores, batch, stats, sums, sim_fail=sim_fail, judge_fail=judge_fail, bad=bad,
+                               t_roll=t_roll, t_train=t_train, ppo_epochs=a.ppo_epochs)
     m["t_logprobs"] = t1 - t_lp  # the old and reference passes (the rest of t_rollout .. t1: scoring, advantages)
     loop.check_failures(tot, a.max_fail_rate, step, a.sim_url or a.sim_model, a.judge_url or a.judge_model)
     return m, rs, scores, turn_r, (*slca[:2], keep), bad
@@ -236,7 +237,7 @@ def main(argv=None):
     try:
         deterministic(a.device)
         with stop_requests() as got:
-            run(a, rank, tasks, evals, convs, (sim, judge, clients), got)
+            run(a, rank, (tasks, evals, convs), (sim, judge, clients), got)
     finally:
         if held:
             held.close()
@@ -244,11 +245,12 @@ def main(argv=None):
     leave_dist()
 
 
-def run(a, rank, tasks, evals, convs, frozen, got):
-    """The run in --out, which this process holds: start, continue or report it finished. `frozen`:
+def run(a, rank, data, frozen, got):
+    """The run in --out, which this process holds: start, continue or report it finished. `data`: the
+    RL, eval and SFT rows (tasks, evals, convs); `frozen`:
     the simulator, the judge and their clients (eval.frozen_llms); `got` collects the stop signals
     (SIGTERM, SIGINT) that arrive meanwhile."""
-    main_rank, final = rank == 0, os.path.join(a.out, "final")
+    (tasks, evals, convs), main_rank, final = data, rank == 0, os.path.join(a.out, "final")
     if not open_run(a.out, vars(a), a.resume, a.overwrite, main_rank):
         return
     if main_rank:
@@ -260,32 +262,31 @@ def run(a, rank, tasks, evals, convs, frozen, got):
     t_start, threads = time.time(), Threads(on=a.device == "cpu")  # fewer threads while the machine is busy
     steps = a.epochs * len(tasks) // a.prompts_per_step if a.steps is None else a.steps  # len(data_order) // P
     if main_rank:
-        print(loop.plan(len(tasks), len(evals), len(convs), os.path.isdir(sft_dir), steps, a.sft_epochs, a.sft_batch,
-                        a.prompts_per_step, a.group_size, a.epochs, a.eval_every))
+        print(loop.plan(len(tasks), len(evals), len(convs), os.path.isdir(sft_dir), steps, vars(a)))
     model = shard(model, a.dtype)
     if convs and not os.path.isdir(sft_dir):
-        model = sft_stage(a, model, tok, convs, logs, threads, got, rank, sft_dir)
+        model = sft_stage(a, model, tok, convs, logs, threads=threads, got=got, rank=rank)
     model, ref = rl_models(a, model, sft_dir if os.path.isdir(sft_dir) else name)
-    eval_row = lambda label, step: run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step)  # noqa: E731
+    eval_row = lambda label, step: run_eval(model, tok, evals, (sim, judge), a, rank=rank, logs=logs,  # noqa: E731
+                                            label=label, step=step)
 
     # RL state: fresh, or the newest checkpoint that reads back; the logs are cut back to that point
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], a.lr, weight_decay=a.weight_decay)
-    start, order, found = loop.rl_state(a.out, vars(a), model, opt, rank, logs, len(tasks), a.epochs, a.seed, a.resume,
-                                        sft_dir)
+    start, order, found = loop.rl_state(vars(a), model, opt, logs, len(tasks), rank)
     table = {"before RL": None if found else eval_row("before RL", 0)}
     mine = rank_prompts(a.prompts_per_step, a.mini_batch, rank, world())
     bad, blind, saved = 0, 0, start if found else None  # saved: the newest checkpoint this process knows is on disk
-    checkpoint = lambda step: save_checkpoint(model, opt, a.out, vars(a), a.keep, step, order, rank, logs.sizes())  # noqa: E731
+    checkpoint = lambda step: save_checkpoint(model, opt, vars(a), step, order, rank, logs=logs.sizes())  # noqa: E731
     for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
         stop_if_asked(got, main_rank, a.out, step, steps, None if saved == step else checkpoint)
         pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
         n_threads = threads.update()                                         # from the load since the last step
         with autocast(a.dtype, a.device), llm.window(a.step_deadline, *clients):  # a dead endpoint stalls one step at most
             m, rs, scores, turn_r, advs, bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
-                                                       pos, sim, rl_judge, a, step, bad)
+                                                       pos, frozen=(sim, rl_judge), a=a, step=step, bad=bad)
         blind = loop.blind_steps(m, blind, a.max_unscored)
         m["elapsed"], m["threads"], m["blind_steps"] = time.time() - t_start, n_threads, blind
-        loop.log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, a.show)
+        loop.log_step(logs, m, rs, scores, turn_r, advs, main_rank=main_rank, show=a.show)
         loop.stop_if_blind(m, step, a.max_unscored)
         if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
             eval_row(f"step {step + 1}", step + 1)
@@ -305,8 +306,8 @@ def run(a, rank, tasks, evals, convs, frozen, got):
     logs.close()
 
 
-def sft_stage(a, model, tok, convs, logs, threads, got, rank, sft_dir):
-    """The warm start (lib/training/sft.py; with LoRA an adapter, merged after), its result saved to `sft_dir`."""
+def sft_stage(a, model, tok, convs, logs, *, threads, got, rank):
+    """The warm start (lib/training/sft.py; with LoRA an adapter, merged after), its result saved to <out>/sft."""
     if a.resume:
         logs.rewind(dict.fromkeys(loop.LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
 
@@ -318,7 +319,7 @@ def sft_stage(a, model, tok, convs, logs, threads, got, rank, sft_dir):
     with autocast(a.dtype, a.device):
         warm_start(model, tok, convs, sft_config(a), sft_row)
     model = lora.merge(model) if a.lora_r else model  # the SFT policy: base + adapter, now the frozen base
-    save_final(model, tok, sft_dir, rank, info={"logs": logs.sizes()})
+    save_final(model, tok, os.path.join(a.out, "sft"), rank, info={"logs": logs.sizes()})
     return model
 
 
@@ -370,15 +371,15 @@ def rl_models(a, model, base):
     return model, shard(frozen_cast(ref, a.dtype), a.dtype).eval().requires_grad_(False)
 
 
-def run_eval(model, tok, evals, sim, judge, a, rank, logs, label, step):
+def run_eval(model, tok, evals, frozen, a, *, rank, logs, label, step):
     """eval.evaluate on the eval split (what `eval.py toucan --model <out>/final` reruns), rank r taking
     prompts r, r + world, ...; the scores are put back in the split's order before the means.
     Logs and prints the row; returns its "all" means (None with no eval split)."""
     if not evals:
         return None
     with gathered(model.eval()), cast_once(model, a.dtype), autocast(a.dtype, a.device):
-        scores, _ = evaluate(model, tok, evals[rank::world()], sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
-                             a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input, a.sampler)
+        scores, _ = evaluate(model, tok, evals[rank::world()], *frozen, episode=settings(Episode, a),
+                             hierr=settings(HierR, a))
     mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)
     summary = metrics([s for _, s in sorted(gather(mine), key=lambda x: x[0])])
     logs.write({"label": label, "step": step, **summary}, "eval")

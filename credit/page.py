@@ -20,12 +20,14 @@ import argparse
 import html
 import json
 import os
+from dataclasses import replace
 
 import torch
 
-from advantage import token_advantages
+from advantage import Credit, token_advantages
 from segment import decision_mask, run_index, segment_masks
 from lib.inputs.text import encodable
+from lib.runs.config import settings
 from lib.runs.files import read_jsonl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root
@@ -75,10 +77,8 @@ def advantages(rows, cfg, decode):
     opens = (runs > 0) & (runs != torch.cat([torch.full_like(runs[:, :1], -1), runs[:, :-1]], 1))  # (B, T)
     out = []
     for label, algo, omega, dec in columns(cfg):
-        A = token_advantages(algo, scores, turn_r, batch, keep, gids, cfg.get("lam_tool", 1.0),
-                             cfg.get("lam_sum", 1.0), omega, cfg.get("norm_by_std", True),
-                             cfg.get("toolpo_norm_by_std", False), cfg.get("group_stats", "exact"),
-                             d if dec == "tool" else None)                                 # (B, T)
+        credit = replace(settings(Credit, cfg), algo=algo, turn_credit=omega, decision_credit=dec)
+        A = token_advantages(scores, turn_r, batch, keep, gids, credit, decision=d)          # (B, T)
         out.append((label, A))
     return out, mask, segment_masks(mask)[0], d.bool() | opens
 

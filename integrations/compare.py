@@ -36,12 +36,15 @@ def held_out(folder, a):
     """Greedy held-out Success@0.9 of the policy in `folder` on the demo's eval split (eval.evaluate)."""
     import eval as evaluation
     from lib.inputs.data import load_tasks
+    from lib.runs.config import settings
     from lib.training.model import load_policy
+    from rewards import HierR
+    from rollout import Episode
     model, tok = load_policy(folder, "float32", "cpu")
     sim, judge, _ = evaluation.frozen_llms(a)
     evals = load_tasks(os.path.join(ROOT, "data/world/eval.jsonl"))
-    scores, _ = evaluation.evaluate(model.eval(), tok, evals, sim, judge, a.gen_batch, a.max_turns, a.max_tokens,
-                                    a.max_tool_rounds, a.strict_calls, a.summary_gate, a.reward_input, a.sampler)
+    scores, _ = evaluation.evaluate(model.eval(), tok, evals, sim, judge, episode=settings(Episode, a),
+                                    hierr=settings(HierR, a))
     return evaluation.metrics(scores)["all"]["success@0.9"]
 
 
@@ -58,7 +61,11 @@ def run_trl(a):
     """SLCAGRPOTrainer on the same start and settings: (seconds, the final policy's folder)."""
     from trl import GRPOConfig
     import eval as evaluation
+    from advantage import Credit
+    from rewards import HierR
+    from rollout import Episode
     from lib.inputs.data import load_tasks
+    from lib.runs.config import settings
     from lib.training.model import load_policy
     from integrations.trl import SLCAGRPOTrainer
     _, tok = load_policy(a.model, "float32", "cpu")
@@ -72,9 +79,8 @@ def run_trl(a):
                      temperature=a.temperature, max_completion_length=a.max_tokens, use_cpu=True, report_to=[],
                      save_strategy="no", logging_steps=1, disable_tqdm=True, seed=a.seed, gradient_checkpointing=False,
                      dataloader_num_workers=0, bf16=False)             # float32, as the demo
-    tr = SLCAGRPOTrainer(a.model, tok, load_tasks(a.data), sim, judge, cfg, lam_tool=a.lam_tool, lam_sum=a.lam_sum,
-                         max_turns=a.max_turns, max_tokens=a.max_tokens, max_tool_rounds=a.max_tool_rounds or None,
-                         temperature=a.temperature, sampler=a.sampler, gen_batch=a.gen_batch)
+    tr = SLCAGRPOTrainer(a.model, tok, load_tasks(a.data), sim, judge, cfg, credit=settings(Credit, a),
+                         episode=settings(Episode, a), hierr=settings(HierR, a))
     t0 = time.perf_counter()
     tr.train()
     seconds = time.perf_counter() - t0

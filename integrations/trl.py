@@ -25,20 +25,20 @@ from datasets import Dataset
 from trl import GRPOTrainer
 
 import rewards
-from advantage import STATS, route, slca_advantages
-from rollout import GEN_BATCH, MAX_TOKENS, MAX_TURNS, SAMPLERS, TEMPERATURE, rollout
+from advantage import Credit, route, slca_advantages
+from rollout import Episode, rollout
 from segment import segment_masks
 
 TASK = "slca_task"  # the dataset column holding each prompt's index into `tasks`
 
 
-def reward_functions(judge, weights=None, lam_tool=rewards.LAM, lam_sum=rewards.LAM, workers=16):
+def reward_functions(judge, hierr=rewards.HierR(), workers=16):
     """TRL reward functions (process_reward, summary_reward): R_tool and R_sum of Eq. 5 for each rollout the
-    rollout hook made (TRL passes them as `slca_rollout`), each rollout scored once (rewards.score_rollouts);
+    rollout hook made (TRL passes them as `slca_rollout`), each rollout scored once (rewards.score_rollouts under `hierr`);
     None where the judge gave no answer (the rollout is not trained on by train.py; here its R_sum is NaN)."""
     def scored(rs):
         todo = [r for r in rs if not hasattr(r, "hierr")]
-        for r, s in zip(todo, rewards.score_rollouts(todo, judge, weights, lam_tool, lam_sum, workers)):
+        for r, s in zip(todo, rewards.score_rollouts(todo, judge, hierr, workers=workers)):
             r.hierr = s
         return [r.hierr for r in rs]
 
@@ -52,22 +52,20 @@ def reward_functions(judge, weights=None, lam_tool=rewards.LAM, lam_sum=rewards.
 
 class SLCAGRPOTrainer(GRPOTrainer):
     """GRPOTrainer on `tasks` (lib.inputs.data.Task; the dataset is built from them), rollouts by rollout.rollout
-    against `simulator`, rewards HierR with `judge`, advantages Eqs. 7-8. The rollout settings (max_turns,
-    max_tokens, max_tool_rounds, temperature, sampler, gen_batch) are rollout.py's; lam_tool, lam_sum,
-    norm_by_std, stats advantage.py's. Other keyword arguments go to GRPOTrainer (not reward_funcs, rollout_func,
-    tools)."""
+    against `simulator` under `episode` (rollout.Episode), rewards HierR with `judge` under `hierr` (rewards.HierR),
+    advantages Eqs. 7-8 under `credit` (advantage.Credit: λs, std division, statistics). Settings TRL cannot run
+    (Eqs. 14-16, --algo other than slca) are refused. Other keyword arguments go to GRPOTrainer (not reward_funcs,
+    rollout_func, tools)."""
 
-    def __init__(self, model, tok, tasks, simulator, judge, args, lam_tool=1.0, lam_sum=1.0, norm_by_std=True,
-                 stats=STATS[0], max_turns=MAX_TURNS, max_tokens=MAX_TOKENS, max_tool_rounds=None,
-                 temperature=TEMPERATURE, sampler=SAMPLERS[0], gen_batch=GEN_BATCH, weights=None, **kwargs):
-        if stats not in STATS or sampler not in SAMPLERS:
-            raise ValueError(f"stats must be one of {STATS} and sampler one of {SAMPLERS}, not {stats!r}, {sampler!r}")
-        self.tasks, self.simulator = tasks, simulator
-        self.slca = dict(lam_tool=lam_tool, lam_sum=lam_sum, norm_by_std=norm_by_std, stats=stats)
-        self.episode = dict(temperature=temperature, max_turns=max_turns, max_tokens=max_tokens, batch_size=gen_batch,
-                            max_tool_rounds=max_tool_rounds, sampler=sampler)
+    def __init__(self, model, tok, tasks, simulator, judge, args, *, credit=Credit(), episode=Episode(),
+                 hierr=rewards.HierR(), **kwargs):
+        plain = (credit.algo, credit.turn_credit, credit.decision_credit, hierr.extra_call_cost, hierr.extra_block_cost)
+        if plain != ("slca", 0.0, "summary", 0.0, 0.0):
+            raise ValueError("SLCAGRPOTrainer trains SLCA (Eqs. 7-8) only: algo slca, turn_credit 0, decision_credit "
+                             f"summary, extra_call_cost and extra_block_cost 0 (README Eqs. 14-16 are train.py's), not {plain}")
+        self.tasks, self.simulator, self.credit, self.episode = tasks, simulator, credit, episode
         data = Dataset.from_list([{"prompt": t.messages, TASK: i} for i, t in enumerate(tasks)])
-        super().__init__(model=model, reward_funcs=reward_functions(judge, weights, lam_tool, lam_sum), args=args,
+        super().__init__(model=model, reward_funcs=reward_functions(judge, hierr), args=args,
                          train_dataset=data, processing_class=tok, rollout_func=self.roll, **kwargs)
 
     def roll(self, prompts, trainer):
@@ -79,8 +77,8 @@ class SLCAGRPOTrainer(GRPOTrainer):
         was = model.training
         model.eval()
         with torch.no_grad():
-            rs = rollout(model, self.processing_class, [self.tasks[i] for i in ids], self.simulator, groups,
-                         **self.episode)
+            rs = rollout(model, self.processing_class, [self.tasks[i] for i in ids], self.simulator, self.episode,
+                         groups)
         model.train(was)
         return {"prompt_ids": [r.prompt for r in rs], "completion_ids": [r.ids for r in rs],
                 "logprobs": [r.logprobs for r in rs], "env_mask": [r.mask for r in rs], "slca_rollout": rs}
@@ -110,6 +108,8 @@ class SLCAGRPOTrainer(GRPOTrainer):
         r = r.float().cpu()                                                                 # (N, 2)
         G = self.num_generations if self.model.training else self.num_generations_eval
         gids = torch.arange(len(r)) // G                                                    # (N,)
-        adv_tool, adv_sum = slca_advantages(r[:, 0], r[:, 1], tp, sp, gids, **self.slca)    # (N,) each, Eq. 7
+        c = self.credit
+        adv_tool, adv_sum = slca_advantages(r[:, 0], r[:, 1], tp, sp, gids, lam_tool=c.lam_tool, lam_sum=c.lam_sum,
+                                            norm_by_std=c.norm_by_std, stats=c.group_stats)  # (N,) each, Eq. 7
         rows = slice(self.accelerator.process_index * len(mask), (self.accelerator.process_index + 1) * len(mask))
         return route(adv_tool[rows].to(mask.device), adv_sum[rows].to(mask.device), tool, summary)  # (B, T) Eq. 8

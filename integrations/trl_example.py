@@ -6,8 +6,9 @@ SLCAGRPOTrainer (integrations/trl.py). docs/integrations.md quotes the code belo
 
 It takes train.py's flags over the demo preset: --out the run whose sft/ it starts from and where it writes
 (<out>/trl), --steps TRL's steps (each one generation of --prompts-per-step x --group-size rollouts and one
-update), --data, --lr, --kl-beta, --max-tokens and --max-turns as train.py reads them. Like train.py it runs in
-the repository's root (the presets name data/world/ from there): from anywhere, `cd` there first.
+update), --data, --lr, --kl-beta and the episode's caps and sampler (rollout.Episode: --max-tokens, --max-turns,
+...) as train.py reads them. Like train.py it runs in the repository's root (the presets name data/world/ from
+there): from anywhere, `cd` there first.
 """
 import os
 
@@ -18,6 +19,8 @@ import train
 from eval import frozen_llms
 from integrations.trl import SLCAGRPOTrainer
 from lib.inputs.data import load_tasks
+from lib.runs.config import settings
+from rollout import Episode
 
 a = train.get_args()                              # train.py's flags over the demo preset
 start = os.path.join(a.out, "sft")                # the SFT policy train.py wrote
@@ -26,6 +29,6 @@ config = GRPOConfig(output_dir=os.path.join(a.out, "trl"), max_steps=a.steps, nu
                     per_device_train_batch_size=a.prompts_per_step * a.group_size, learning_rate=a.lr,
                     beta=a.kl_beta, loss_type="grpo", logging_steps=1, bf16=False, use_cpu=True)  # float32 on a CPU
 trainer = SLCAGRPOTrainer(start, AutoTokenizer.from_pretrained(start), load_tasks(a.data), simulator, judge, config,
-                          max_tokens=a.max_tokens, max_turns=a.max_turns)
+                          episode=settings(Episode, a))    # train.py's caps and sampler (rollout.Episode)
 trainer.train()
 trainer.save_model()                              # the trained policy, in <out>/trl

@@ -163,17 +163,16 @@ def task_of_sample(ground_truth, extra_info=None, prompt=None, tools=None):
 
 
 def charges(env=os.environ):
-    """Eq. 16's c and b as rewards.score's keywords, from env SLCA_EXTRA_CALL_COST and SLCA_EXTRA_BLOCK_COST (0
+    """Eq. 16's c and b as rewards.HierR's fields, from env SLCA_EXTRA_CALL_COST and SLCA_EXTRA_BLOCK_COST (0
     when unset). ValueError, one line naming the variable, outside the range of train.py's flag (lib/runs/config.py)."""
     out = {}
-    for key, flag, name in (("SLCA_EXTRA_CALL_COST", "extra_call_cost", "extra_cost"),
-                            ("SLCA_EXTRA_BLOCK_COST", "extra_block_cost", "block_cost")):
+    for key, flag in (("SLCA_EXTRA_CALL_COST", "extra_call_cost"), ("SLCA_EXTRA_BLOCK_COST", "extra_block_cost")):
         text = env.get(key, "0")
         try:
-            out[name] = float(text)
+            out[flag] = float(text)
         except ValueError:
-            out[name] = math.nan
-        if why := outside(flag, out[name]):
+            out[flag] = math.nan
+        if why := outside(flag, out[flag]):
             raise ValueError(f"slca: {key} {why} (README Eq. 16, train.py --{flag.replace('_', '-')}), not {text!r}")
     return out
 
@@ -187,7 +186,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, judg
     task = task_of_sample(ground_truth, {k: v for k, v in (extra_info or {}).items()
                                          if k in ("parallel_type", "tool_responses", "bonus_call", "bonus_args")})
     s = rewards.score(solution_str, rewards.release_final(solution_str), rewards.release_responses(solution_str),
-                      task, judge(judge_url, judge_model), lam_tool=lam_tool, lam_sum=lam_sum, **charges())
+                      task, judge(judge_url, judge_model),
+                      rewards.HierR(lam_tool=lam_tool, lam_sum=lam_sum, **charges()))
     r_sum = float("nan") if s["judge_failed"] else s["r_sum"]
     return {"score": s["score"], "r_tool": s["r_tool"], "r_sum": r_sum,
             **{k: float(s[k]) for k in (*rewards.WEIGHTS, "process", "summary", "omission", "judge_failed",

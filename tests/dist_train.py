@@ -21,10 +21,9 @@ real_update, real_save = train.ppo_update, train.save_checkpoint
 record, kill_after = os.environ.get("DIST_RECORD"), os.environ.get("DIST_KILL_AFTER")
 
 
-def ppo_update(model, opt, batch, old, ref, A, a, bad):
-    inputs = {"batch": {k: v.clone() for k, v in batch.items()}, "old": old.clone(),
-              "ref": ref.clone() if ref is not None else None, "A": A.clone()}
-    stats, bad = real_update(model, opt, batch, old, ref, A, a, bad)
+def ppo_update(model, opt, batch, a, bad):
+    inputs = {"batch": {k: v.clone() for k, v in batch.items()}}
+    stats, bad = real_update(model, opt, batch, a, bad)
     global record
     if record:
         torch.save({**inputs, "stats": stats}, os.path.join(record, f"ppo-rank{torch.distributed.get_rank()}.pt"))
@@ -32,8 +31,8 @@ def ppo_update(model, opt, batch, old, ref, A, a, bad):
     return stats, bad
 
 
-def save_checkpoint(model, opt, out, config, keep, step, order, rank, *rest):
-    real_save(model, opt, out, config, keep, step, order, rank, *rest)
+def save_checkpoint(model, opt, config, step, order, rank, **kw):
+    real_save(model, opt, config, step, order, rank, **kw)
     if kill_after and step == int(kill_after) and rank == 0:
         os.kill(os.getppid(), signal.SIGKILL)
 

@@ -54,7 +54,8 @@ def update(case, rank=0, world=1):
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay, eps=EPS)
     with dist.gathered(model), torch.no_grad():                          # as rl_step: sampling, then the update
         model(input_ids=ids[:1])
-    stats, _ = train.ppo_update(model, opt, {k: v[rows] for k, v in batch.items()}, old[rows], ref[rows], A[rows], a, 0)
+    batch = {**batch, "old_logprobs": old, "ref_logprobs": ref, "advantages": A}
+    stats, _ = train.ppo_update(model, opt, {k: v[rows] for k, v in batch.items()}, a, 0)
     return checkpoints.full_state(model), stats["loss"], stats["grad_norm"]
 
 

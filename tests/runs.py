@@ -26,11 +26,11 @@ SIGNAL_ITSELF = """
 import os, signal, sys, time, train
 what, at = sys.argv[1:3]
 rl_step, warm_start = train.rl_step, train.warm_start
-def step(*args):
-    if at == f"step-{args[9]}":
+def step(*args, **kw):
+    if at == f"step-{kw['step']}":
         print("in", at, flush=True)
         time.sleep(300) if what == "sleep" else os.kill(os.getpid(), getattr(signal, what))
-    return rl_step(*args)
+    return rl_step(*args, **kw)
 def sft(*args):
     if at == "sft":
         os.kill(os.getpid(), getattr(signal, what))

@@ -283,7 +283,7 @@ def test_toolpo_left_out_rollouts():
 # per-turn credit (--turn-credit ω, Eq. 14)
 # --------------------------------------------------------------------------------------------
 from advantage import route_turns, turn_advantages  # noqa: E402
-from loss import policy_loss  # noqa: E402
+from loss import Clip, policy_loss  # noqa: E402
 from segment import run_index  # noqa: E402
 
 
@@ -332,9 +332,9 @@ def test_turn_credit_zero_is_slca_bit_for_bit():
     r_tool, r_sum = torch.tensor([0.9, 0.4, 0.7, 0.7]), torch.tensor([1.0, 0.25, 0.5, 0.75])
     at, asum = slca_advantages(r_tool, r_sum, tp, sp, gids, lam_tool=1.5)
     a_turn = turn_advantages(torch.tensor([[1.0, 0.2], [0.5, 0.0], [0.3, 0.9], [0.8, 0.0]]), present, gids)
-    assert torch.equal(route_turns(at, asum, a_turn, run_index(mask), tool, summary, 0.0, 1.5),
+    assert torch.equal(route_turns(at, asum, a_turn, run_index(mask), tool, summary, omega=0.0, lam_tool=1.5),
                        route(at, asum, tool, summary))
-    A = route_turns(at, asum, a_turn, run_index(mask), tool, summary, 0.5, 1.5)
+    A = route_turns(at, asum, a_turn, run_index(mask), tool, summary, omega=0.5, lam_tool=1.5)
     # turn 0 of rollout 0 against rollout 1's turn 0 (a pair: ±1/√2), times ω·λ, on top of Â_tool
     assert A[0, 1].item() == pytest.approx(at[0].item() + 1.5 * 0.5 / math.sqrt(2), abs=1e-5)  # ε
     assert A[0, 4].item() == pytest.approx(at[0].item(), abs=1e-6)   # turn 1: alone in its group -> 0
@@ -352,10 +352,10 @@ def test_turn_k_gradients_ignore_other_turns_rewards():
     grads = []
     for turn1 in (0.2, 0.9):
         r = torch.tensor([[1.0, turn1], [0.5, 0.0], [0.3, 1 - turn1], [0.8, 0.0]])
-        A = route_turns(at, asum, turn_advantages(r, present, gids), runs, tool, summary, 0.7)
+        A = route_turns(at, asum, turn_advantages(r, present, gids), runs, tool, summary, omega=0.7)
         lp = torch.full(mask.shape, -1.0, requires_grad=True)
         old = torch.full(mask.shape, -1.0)
-        loss, _ = policy_loss(lp, old, None, A, mask, float(mask.sum()), kl_beta=0.0)
+        loss, _ = policy_loss(lp, old, None, A, mask, float(mask.sum()), clip=Clip(kl_beta=0.0, loss_agg="token-mean"))
         loss.backward()
         grads.append(lp.grad.clone())
     turn0 = (runs == 0) & tool.bool()
@@ -367,7 +367,7 @@ def test_turn_k_gradients_ignore_other_turns_rewards():
 # --------------------------------------------------------------------------------------------
 # decision credit (--decision-credit tool, Eq. 15)
 # --------------------------------------------------------------------------------------------
-from advantage import route_decision, token_advantages  # noqa: E402
+from advantage import Credit, route_decision, token_advantages  # noqa: E402
 
 
 def test_decision_tokens_get_the_tool_advantage():
@@ -383,7 +383,7 @@ def test_decision_tokens_get_the_tool_advantage():
     assert torch.equal(route_decision(A8, at, torch.zeros_like(mask)), A8)
     # beside Eq. 14: a decision token gets Â^tool alone, the tool turns keep their per-turn term
     a_turn = turn_advantages(torch.tensor([[1.0, 0.2], [0.5, 0.0], [0.3, 0.9], [0.8, 0.0]]), present, gids)
-    A14 = route_turns(at, asum, a_turn, run_index(mask), tool, summary, 0.5, 1.5)
+    A14 = route_turns(at, asum, a_turn, run_index(mask), tool, summary, omega=0.5, lam_tool=1.5)
     both = route_decision(A14, at, d)
     assert torch.equal(both[d.bool()], A[d.bool()]) and torch.equal(both[~d.bool()], A14[~d.bool()])
 
@@ -395,12 +395,12 @@ def test_token_advantages_default_is_eq8_and_decision_is_slca_only():
               for t, s in [(0.9, 1.0), (0.4, 0.25), (0.7, 0.5), (0.1, 0.75)]]
     keep = torch.ones(4, dtype=torch.bool)
     at, asum = slca_advantages(*(torch.tensor([s[k] for s in scores]) for k in ("r_tool", "r_sum")), tp, sp, gids)
-    plain = token_advantages("slca", scores, [[]] * 4, batch, keep, gids)
+    plain = token_advantages(scores, [[]] * 4, batch, keep, gids)
     assert torch.equal(plain, route(at, asum, tool, summary))
     d = torch.zeros_like(mask)
     d[0, 7] = 1
-    got = token_advantages("slca", scores, [[]] * 4, batch, keep, gids, decision=d)
+    got = token_advantages(scores, [[]] * 4, batch, keep, gids, Credit(decision_credit="tool"), decision=d)
     assert got[0, 7] == at[0] != plain[0, 7] and torch.equal(got[~d.bool()], plain[~d.bool()])
     for algo in ("grpo", "toolpo"):
         with pytest.raises(ValueError, match="algo slca"):
-            token_advantages(algo, scores, [[]] * 4, batch, keep, gids, decision=d)
+            token_advantages(scores, [[]] * 4, batch, keep, gids, Credit(algo=algo, decision_credit="tool"), decision=d)

@@ -41,13 +41,13 @@ def counted_run(argv, monkeypatch):
     phase, calls, linear = ["before"], [], set()
 
     def counting(f):
-        def run(model, *args):
+        def run(model, *args, **kw):
             weights = {p.untyped_storage().data_ptr(): n for n, p in model.named_parameters()}
             linear.update(weights[p.untyped_storage().data_ptr()] for mod in model.modules()
                           if isinstance(mod, torch.nn.Linear) for p in mod.parameters(recurse=False))
             phase[0] = "before"
             with Casts(weights, phase) as c:
-                out = f(model, *args)
+                out = f(model, *args, **kw)
             calls.append((f.__name__, c.casts["before"], sum(c.casts["update"].values()), c.forwards["before"]))
             return out
         return run

@@ -9,7 +9,7 @@ import torch
 from helpers import tiny_model, tokenizer
 from lib.sampling import compiled, sampler
 from lib.sampling.sampler import sample
-from rollout import prompt_ids, rollout, stop_ids
+from rollout import Episode, prompt_ids, rollout, stop_ids
 from test_rollout import EchoSim, calling, world
 
 
@@ -39,8 +39,8 @@ def test_compiled_steps_match_the_forward_in_one_graph(monkeypatch):
 def test_compiled_rollouts_match_the_reference():
     """rollout(sampler="compiled") against rollout.generate: prompts of different lengths, greedy."""
     tok, model = tokenizer(), tiny_model()
-    got = {name: rollout(model, tok, world(5), EchoSim(), temperature=0.0, max_turns=2, max_tokens=24,
-                         sampler=name) for name in ("generate", "compiled")}
+    got = {name: rollout(model, tok, world(5), EchoSim(), Episode(temperature=0.0, max_turns=2, max_tokens=24,
+                                                                 sampler=name)) for name in ("generate", "compiled")}
     assert len({len(prompt_ids(tok, r.task)) for r in got["generate"]}) > 1
     for a, b in zip(got["generate"], got["compiled"]):
         assert (a.ids, a.mask, a.stop) == (b.ids, b.mask, b.stop)
@@ -55,7 +55,7 @@ def test_a_hooked_model_is_refused():
     with pytest.raises(ValueError, match="forward"):
         sample(model, [None] * 2, seqs, [4, 4], 0.0, [], decode=compiled.decode)
     with pytest.raises(ValueError, match="forward"):  # rollout's "compiled" is this step
-        rollout(model, tok, world(2), EchoSim(), sampler="compiled")
+        rollout(model, tok, world(2), EchoSim(), Episode(sampler="compiled"))
 
 
 def test_torchrun_with_the_compiled_sampler_is_refused_at_start(monkeypatch, capsys):

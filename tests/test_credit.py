@@ -138,7 +138,7 @@ def test_the_first_column_is_what_train_py_trained_on(tmp_path, monkeypatch, fla
 
     def spy(*args, **kw):
         A = real_adv(*args, **kw)
-        trained.append((A, args[5]))
+        trained.append((A, args[4]))                                                    # group_ids
         return A
     monkeypatch.setattr(train, "score_rollouts", scores)
     monkeypatch.setattr(train, "token_advantages", spy)

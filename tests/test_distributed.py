@@ -96,10 +96,10 @@ def one_process(out, rec, argv):
     a = train.get_args(["--out", str(out), *argv])
     a.device = "cpu"
     parts = [torch.load(os.path.join(rec, f"ppo-rank{r}.pt")) for r in (0, 1)]
-    L = max(p["A"].shape[1] for p in parts)
+    L = max(p["batch"]["advantages"].shape[1] for p in parts)
     cat = lambda xs: torch.cat([torch.nn.functional.pad(x, (0, L - x.shape[1])) for x in xs])  # noqa: E731 right padding
     batch = {k: cat([p["batch"][k] for p in parts]) for k in parts[0]["batch"]}
-    old, ref, A = (cat([p[k] for p in parts]) for k in ("old", "ref", "A"))
+    old, ref, A = (batch[k] for k in ("old_logprobs", "ref_logprobs", "advantages"))
     assert (A != 0).any()                                                   # the update has something to learn
     model = load_policy(os.path.join(out, "sft"), "float32", "cpu", a.grad_ckpt)[0]
     ref_model = load_policy(os.path.join(out, "sft"), a.dtype, "cpu")[0].eval()
@@ -110,7 +110,7 @@ def one_process(out, rec, argv):
                     * batch["response_mask"] - old).abs().max()
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     with autocast(a.dtype, a.device):
-        stats, _ = train.ppo_update(model, opt, batch, old, ref, A, a, 0)
+        stats, _ = train.ppo_update(model, opt, batch, a, 0)
     return parts[0]["stats"], stats, model.state_dict(), float(ref_diff), float(old_diff)
 
 

@@ -20,10 +20,10 @@ import torch
 import loss
 import rewards
 import train
-from advantage import grpo_advantages, token_advantages
+from advantage import Credit, grpo_advantages, token_advantages
 from lib.inputs.data import Task
 from lib.runs import config
-from loss import normaliser, policy_loss
+from loss import Clip, normaliser, policy_loss
 from segment import segment_masks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,14 +174,14 @@ def test_eq4_and_eq5_score_and_segment_rewards():
                           "the response holds no `<tool_call>` tag")
     read(5, "(R_tool, R_sum) = (0, score) if omission or score < 0, else (S_process, S_sum)")
     final, responses = "the answer is 42 and more", ['{"v": 42}']
-    s = rewards.score(CALLS, final, responses, task(), rewards.FactsJudge(), lam_tool=2.0, lam_sum=3.0)
+    s = rewards.score(CALLS, final, responses, task(), rewards.FactsJudge(), rewards.HierR(lam_tool=2.0, lam_sum=3.0))
     assert s["summary"] == 1.0 and 0 < s["process"] < 1
     assert s["score"] == pytest.approx(2.0 * s["process"] + 3.0 * s["summary"])
     assert (s["r_tool"], s["r_sum"]) == (s["process"], s["summary"])
     s = rewards.score("I will not call anything", final, responses, task(), rewards.FactsJudge())
     parts = [s[k] for k in ("format", "name", "key", "value", "parallel", "summary")]
     assert (s["score"], s["r_tool"], s["r_sum"], s["omission"], parts) == (omission, 0.0, omission, 1.0, [0.0] * 6)
-    s = rewards.score(CALLS, final, responses, task(), rewards.FactsJudge(), lam_tool=-1.0, lam_sum=-1.0)
+    s = rewards.score(CALLS, final, responses, task(), rewards.FactsJudge(), rewards.HierR(lam_tool=-1.0, lam_sum=-1.0))
     assert s["score"] < 0 and (s["r_tool"], s["r_sum"]) == (0.0, s["score"])
 
 
@@ -222,7 +222,9 @@ def scores():
 def advantages(algo, **kw):
     b = batch(ROWS)
     keep = torch.ones(len(ROWS), dtype=torch.bool)
-    A = token_advantages(algo, scores(), kw.pop("turn_r", [[] for _ in ROWS]), b, keep, torch.tensor(GIDS), **kw)
+    turn_r, decision = kw.pop("turn_r", [[] for _ in ROWS]), kw.pop("decision", None)
+    credit = Credit(algo=algo, decision_credit="summary" if decision is None else "tool", **kw)
+    A = token_advantages(scores(), turn_r, b, keep, torch.tensor(GIDS), credit, decision=decision)
     return A.double().tolist(), b
 
 
@@ -293,7 +295,7 @@ def test_eq13_toolpo():
 def test_eq14_turn_credit():
     read(14, "A_{i,t} = λ_tool·(Â_i^tool + ω·Â_{i,k(t)})·tool_mask_{i,t} + λ_sum·Â_i^sum·summary_mask_{i,t}")
     eps, omega = advantage_eps(), 0.5
-    A, b = advantages("slca", lam_tool=2.0, lam_sum=3.0, omega=omega, turn_r=TURN_R)
+    A, b = advantages("slca", lam_tool=2.0, lam_sum=3.0, turn_credit=omega, turn_r=TURN_R)
     tool, summary = segment_advantages(eps, b)
     runs = [runs_of(r) for r in ROWS]
     has = [[len(runs[i]) == len(TURN_R[i]) + 1 and k < len(TURN_R[i]) for k in range(2)] for i in range(len(ROWS))]
@@ -343,7 +345,7 @@ def k3(d, lo, hi, dlo, dhi):
 
 def one_token(logp, old, ref, A, **kw):
     t = lambda x: torch.tensor([[x]], dtype=torch.float32)  # noqa: E731
-    return policy_loss(t(logp), t(old), t(ref), t(A), torch.ones(1, 1), 1, **kw)
+    return policy_loss(t(logp), t(old), t(ref), t(A), torch.ones(1, 1), 1, clip=Clip(loss_agg="token-mean", **kw))
 
 
 def test_eq16_extra_call_and_block_charge():
@@ -354,7 +356,8 @@ def test_eq16_extra_call_and_block_charge():
     final, responses = "the answer is 42 and more", ['{"v": 42}']
     off = rewards.score(more, final, responses, task(), rewards.FactsJudge())
     for c, b in ((0.05, 0.0), (0.0, 0.1), (0.05, 0.1), (1.0, 1.0)):
-        s = rewards.score(more, final, responses, task(), rewards.FactsJudge(), lam_tool=2.0, extra_cost=c, block_cost=b)
+        s = rewards.score(more, final, responses, task(), rewards.FactsJudge(),
+                          rewards.HierR(lam_tool=2.0, extra_call_cost=c, extra_block_cost=b))
         tool = max(0.0, off["process"] - c * e - b * u)
         assert (s["process"], s["extra"], s["extra_blocks"]) == (off["process"], e, u)
         assert s["r_tool"] == pytest.approx(tool) and s["score"] == pytest.approx(2.0 * tool + s["summary"])
@@ -417,7 +420,7 @@ def test_eq12_aggregation_and_its_N():
             want = sum(sum(x[i][t] for t in range(6) if m[i][t]) / n[i] for i in range(4) if n[i]) / N
         else:
             want = sum(x[i][t] for i in range(4) for t in range(6) if m[i][t]) / N
-        value, _ = policy_loss(logp, old, ref, A, mask, N, agg=agg)
+        value, _ = policy_loss(logp, old, ref, A, mask, N, clip=Clip(loss_agg=agg))
         assert value.item() == pytest.approx(want, rel=1e-5), agg
 
 

@@ -23,6 +23,7 @@ from lib.inputs.data import Task
 from helpers import tiny_model, tokenizer
 import rewards
 from rewards import FactsJudge
+from rollout import Episode
 
 INSTALL = ("benchmark extra not installed: pip install -r requirements-bench.txt && "
            "pip install --no-deps -r requirements-bench-nodeps.txt")
@@ -109,7 +110,7 @@ def test_score_rollouts_judges_the_real_tool_responses_only():
     s, = rewards.score_rollouts([r], FactsJudge())
     assert s["summary"] == 0.0 and s["process"] == pytest.approx(1.0) and s["sim_failed"] == 1
     r.responses = ['{"y": 42}']
-    s, = rewards.score_rollouts([r], FactsJudge(), lam_tool=2.0)
+    s, = rewards.score_rollouts([r], FactsJudge(), rewards.HierR(lam_tool=2.0))
     assert s["summary"] == 1.0 and s["score_norm"] == pytest.approx(1.0)
     assert E.metrics([s])["all"]["sim_failed"] == 1
 
@@ -144,10 +145,10 @@ def test_evaluate_caps_tool_rounds_as_train_does():
                 allowed_tools=["f"], gold=[[{"name": "f", "arguments": {"x": 1}}]], question="q?",
                 parallel_type="single_step_single_tool", facts=["42"])
     always_call = Scripted(lambda r, t: CALL % 1)
-    scores, rs = E.evaluate(always_call, tokenizer(), [task], EchoSim(), FactsJudge(), max_tokens=4000)
+    scores, rs = E.evaluate(always_call, tokenizer(), [task], EchoSim(), FactsJudge(), episode=Episode(max_tokens=4000))
     assert E.MAX_TOOL_ROUNDS == 6 and rs[0].stop == "tool_rounds" and scores[0]["tool_turns"] == 7
-    scores, rs = E.evaluate(always_call, tokenizer(), [task], EchoSim(), FactsJudge(), max_tokens=4000,
-                            max_tool_rounds=0)
+    scores, rs = E.evaluate(always_call, tokenizer(), [task], EchoSim(), FactsJudge(),
+                            episode=Episode(max_tokens=4000, max_tool_rounds=0))
     assert rs[0].stop == "turns" and scores[0]["tool_turns"] == E.MAX_TURNS
 
 

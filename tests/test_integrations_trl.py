@@ -16,6 +16,7 @@ import train
 from integrations.trl import SLCAGRPOTrainer
 from lib.inputs.data import load_sft, load_tasks
 from lib.training import sft, tiny
+from rollout import Episode
 from segment import segment_masks
 from helpers import tiny_model, tokenizer, write_caller_sft, write_world
 
@@ -46,7 +47,7 @@ def caller(tmp_path_factory):
 def trainer(tmp, folder, tok, tasks, **kw):
     torch.manual_seed(0)
     return SLCAGRPOTrainer(folder, tok, tasks, simulator.Simulator(), rewards.FactsJudge(), config(tmp, **kw),
-                           max_tokens=64, max_turns=3)
+                           episode=Episode(max_tokens=64, max_turns=3, max_tool_rounds=0))
 
 
 def batch_of(tr):

@@ -174,8 +174,8 @@ def test_reward_function_charges_eq16_from_the_environment_as_train_py_does(v, m
         monkeypatch.setenv("SLCA_EXTRA_CALL_COST", str(c))
         monkeypatch.setenv("SLCA_EXTRA_BLOCK_COST", str(b))
         got = v.slca.compute_score("slca_world", decoded, gt, extra)
-        [want] = rewards.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tok, reward_input="decoded",
-                                        extra_cost=c, block_cost=b)
+        hierr = rewards.HierR(summary_gate="release", reward_input="decoded", extra_call_cost=c, extra_block_cost=b)
+        [want] = rewards.score_rollouts([r], rewards.FactsJudge(), hierr, tok=tok)
         assert {k: got[k] for k in keys} == {k: want[k] for k in keys}
         assert (got["extra"], got["extra_blocks"], got["process"]) == (1.0, 1.0, off["process"])
         assert got["r_tool"] == pytest.approx(off["r_tool"] - c - b) and got["r_sum"] == off["r_sum"]

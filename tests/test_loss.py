@@ -7,8 +7,10 @@ import torch
 from torch import nn
 
 from advantage import grpo_advantages, route, slca_advantages
-from loss import policy_loss
+from loss import Clip, policy_loss
 from segment import segment_masks
+
+TOKEN = Clip(loss_agg="token-mean")  # Eq. 12 as the paper states it: one mean over the tokens
 
 
 def test_hand_computed_value():
@@ -19,7 +21,7 @@ def test_hand_computed_value():
     ref = logp + torch.tensor([[0.0, 0.0, math.log(2.0), 0.0]])
     A = torch.tensor([[1.0, -1.0, -1.0, 10.0]])
     mask = torch.tensor([[1, 1, 1, 0]])
-    loss, st = policy_loss(logp, old, ref, A, mask, norm=3)
+    loss, st = policy_loss(logp, old, ref, A, mask, norm=3, clip=TOKEN)
     kl3 = 2.0 - math.log(2.0) - 1.0
     assert loss.item() == pytest.approx((-1.2 + 0.8 + 3.0 + 0.001 * kl3) / 3, rel=1e-6)
     assert st["clip_frac"] == pytest.approx(2 / 3)
@@ -27,13 +29,13 @@ def test_hand_computed_value():
     assert st["kl"] == pytest.approx(kl3 / 3, rel=1e-6)
     assert st["ratio"] == pytest.approx((1.5 + 0.5 + 5.0) / 3, rel=1e-6)
     # without KL the reference may be absent
-    loss0, _ = policy_loss(logp, old, None, A, mask, norm=3, kl_beta=0.0)
+    loss0, _ = policy_loss(logp, old, None, A, mask, norm=3, clip=Clip(kl_beta=0.0, loss_agg="token-mean"))
     assert loss0.item() == pytest.approx(2.6 / 3, rel=1e-6)
 
 
 def test_ratio_is_clamped():
     loss, st = policy_loss(torch.tensor([[50.0]]), torch.zeros(1, 1), torch.tensor([[50.0]]),
-                           torch.tensor([[1.0]]), torch.ones(1, 1), 1)
+                           torch.tensor([[1.0]]), torch.ones(1, 1), 1, clip=TOKEN)
     assert torch.isfinite(loss) and st["ratio"] == pytest.approx(math.exp(20.0), rel=1e-5)
 
 
@@ -74,7 +76,7 @@ def grads(model, ids, mask, A, old, ref, splits, norm=None, agg="token-mean"):
     model.zero_grad()
     n = norm_of(mask, agg) if norm is None else norm
     for part in torch.arange(ids.shape[0]).chunk(splits):
-        loss, _ = policy_loss(model.logp(ids[part]), old[part], ref[part], A[part], mask[part], n, agg=agg)
+        loss, _ = policy_loss(model.logp(ids[part]), old[part], ref[part], A[part], mask[part], n, clip=Clip(loss_agg=agg))
         loss.backward()
     return torch.cat([p.grad.flatten().clone() for p in model.parameters()])
 
@@ -99,9 +101,9 @@ def test_micro_batch_invariance(agg):
     assert torch.allclose(one, four, rtol=1e-10, atol=1e-12)
     # stats add up over micro-batches as well
     n = norm_of(mask, agg)
-    parts = [policy_loss(model.logp(ids[p]), old[p], ref[p], A[p], mask[p], n, agg=agg)[1]
+    parts = [policy_loss(model.logp(ids[p]), old[p], ref[p], A[p], mask[p], n, clip=Clip(loss_agg=agg))[1]
              for p in torch.arange(8).chunk(4)]
-    whole = policy_loss(model.logp(ids), old, ref, A, mask, n, agg=agg)[1]
+    whole = policy_loss(model.logp(ids), old, ref, A, mask, n, clip=Clip(loss_agg=agg))[1]
     for k, v in whole.items():
         assert sum(st[k] for st in parts) == pytest.approx(v, rel=1e-5, abs=1e-9)
 
@@ -112,7 +114,7 @@ def test_per_micro_batch_token_mean_is_not_invariant():
     one = grads(model, ids, mask, A, old, ref, 1)
     model.zero_grad()
     for part in torch.arange(8).chunk(4):
-        loss, _ = policy_loss(model.logp(ids[part]), old[part], ref[part], A[part], mask[part], int(mask[part].sum()))
+        loss, _ = policy_loss(model.logp(ids[part]), old[part], ref[part], A[part], mask[part], int(mask[part].sum()), clip=TOKEN)
         (loss / 4).backward()
     wrong = torch.cat([p.grad.flatten() for p in model.parameters()])
     assert not torch.allclose(one, wrong, rtol=1e-6)
@@ -133,7 +135,7 @@ def test_the_two_aggregations_differ():
     assert torch.allclose(grads(model, ids, m, A, old, ref, 1, agg="token-mean"),
                           grads(model, ids, m, A, old, ref, 1, agg="seq-mean-token-mean"), rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError):
-        policy_loss(old, old, ref, A, mask, 1, agg="seq-mean")
+        policy_loss(old, old, ref, A, mask, 1, clip=Clip(loss_agg="seq-mean"))
 
 
 # --- verl, restated in plain PyTorch: what the release's actor computes --------------------------
@@ -186,10 +188,10 @@ def same(ours, theirs, logp):
 def test_release_setting_is_seq_mean_token_mean(seed):
     # the release: loss_agg_mode token-mean, one rollout per micro-batch, 1/grad-accum scaling
     logp, old, ref, A, mask = random_case(seed)
-    ours, _ = policy_loss(logp, old, ref, A, mask, mask.shape[0], agg="seq-mean-token-mean")
+    ours, _ = policy_loss(logp, old, ref, A, mask, mask.shape[0], clip=Clip(loss_agg="seq-mean-token-mean"))
     same(ours, verl_update(logp, old, ref, A, mask, "token-mean", micro=1), logp)
     # ...which differs from a token mean over the mini-batch
-    tok, _ = policy_loss(logp, old, ref, A, mask, int(mask.sum()))
+    tok, _ = policy_loss(logp, old, ref, A, mask, int(mask.sum()), clip=TOKEN)
     assert abs(tok.item() - ours.item()) > 1e-3
 
 
@@ -199,7 +201,7 @@ def test_matches_verl_agg_loss_on_one_micro_batch(mode, seed):
     # verl's own modes over the whole mini-batch; an empty row is left out of seq-mean's count
     logp, old, ref, A, mask = random_case(seed, empty_row=True)
     n = int(mask.sum()) if mode == "token-mean" else int((mask.sum(-1) > 0).sum())
-    ours, _ = policy_loss(logp, old, ref, A, mask, n, agg=mode)
+    ours, _ = policy_loss(logp, old, ref, A, mask, n, clip=Clip(loss_agg=mode))
     same(ours, verl_update(logp, old, ref, A, mask, mode, micro=mask.shape[0]), logp)
 
 
@@ -220,7 +222,7 @@ def test_non_finite_values_at_masked_positions_do_not_leak(agg):
     out = []
     for lp, old, ref, A in (clean, dirty):
         lp = lp.clone().requires_grad_()
-        loss, st = policy_loss(lp, old, ref, A, mask, n, agg=agg)
+        loss, st = policy_loss(lp, old, ref, A, mask, n, clip=Clip(loss_agg=agg))
         g, = torch.autograd.grad(loss, lp)
         out.append((loss, st, g))
     (l0, s0, g0), (l1, s1, g1) = out
@@ -232,7 +234,7 @@ def test_non_finite_values_at_masked_positions_do_not_leak(agg):
 
 def test_empty_mini_batch_gives_zero():
     z = torch.zeros(2, 3)
-    loss, st = policy_loss(z, z, z, z, torch.zeros(2, 3), 0, agg="seq-mean-token-mean")
+    loss, st = policy_loss(z, z, z, z, torch.zeros(2, 3), 0, clip=Clip(loss_agg="seq-mean-token-mean"))
     assert loss.item() == 0.0 and all(v == 0.0 for v in st.values())
 
 

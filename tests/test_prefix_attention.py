@@ -21,7 +21,7 @@ from helpers import tiny_model, tokenizer
 from lib.sampling import prefix_attention
 from lib.sampling.prefix_attention import Shared, attention, merge
 from lib.sampling.sampler import sample
-from rollout import generate, prompt_ids, rollout, stop_ids, stop_text, tool_turn_ids
+from rollout import Episode, generate, prompt_ids, rollout, stop_ids, stop_text, tool_turn_ids
 from test_rollout import EchoSim, calling, world
 
 
@@ -113,8 +113,8 @@ def test_grouped_rollouts_match_the_reference_on_the_tiny_model():
         t.messages[1]["content"] = "q" * q
     tasks = [t for t in tasks for _ in range(3)]
     groups = [i // 3 for i in range(9)]
-    got = {name: rollout(model, tok, tasks, EchoSim(), groups=groups, temperature=0.0, max_turns=3, max_tokens=40,
-                         sampler=name) for name in ("generate", "cached")}
+    got = {name: rollout(model, tok, tasks, EchoSim(), Episode(temperature=0.0, max_turns=3, max_tokens=40, sampler=name),
+                         groups=groups) for name in ("generate", "cached")}
     assert max(len(r.turns) for r in got["generate"]) > 1
     for a, b in zip(got["generate"], got["cached"]):
         assert (a.ids, a.mask, a.turns, a.stop) == (b.ids, b.mask, b.turns, b.stop)

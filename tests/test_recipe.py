@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 RELEASE_FILES = {"rl": "data/world/rl.jsonl", "eval": "data/world/eval.jsonl", "sft": "data/world/sft.jsonl"}
 
+RELEASE_GATE = rewards.HierR(summary_gate="release")  # the released reward's summary gate
+
 
 @pytest.fixture
 def paper(monkeypatch):
@@ -191,15 +193,15 @@ def test_release_gate_opens_on_any_tool_response_block():
     error = "Tool 'g' not found in the current available tools set."
     r = decoded_rollout(task, [(CALL.replace('"f"', '"g"'), [error]), ("I think f of 1 is 42, as asked.", [])], [])
     real, = rewards.score_rollouts([r], rewards.FactsJudge())
-    release, = rewards.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tokenizer())
+    release, = rewards.score_rollouts([r], rewards.FactsJudge(), RELEASE_GATE, tok=tokenizer())
     assert real["summary"] == 0.0 and release["summary"] == 1.0    # the error observation opens the release's gate
     assert real["process"] == release["process"]
     seen = []
     judge = SimpleNamespace(rate=lambda q, responses, *rest: seen.append(responses) or 5)
-    rewards.score_rollouts([r], judge, gate="release", tok=tokenizer())
+    rewards.score_rollouts([r], judge, RELEASE_GATE, tok=tokenizer())
     assert seen == [[error]]                                        # and the judge sees it as a tool response
     with pytest.raises(ValueError, match="gate"):
-        rewards.score_rollouts([r], judge, gate="release")
+        rewards.score_rollouts([r], judge, RELEASE_GATE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,7 +231,7 @@ def test_epochs_set_the_steps_and_a_resumed_run_gets_the_same_prompts(tmp_path, 
     real = train.rl_step
 
     def dies_in_epoch_2(*a, **k):
-        if a[9] == 3:                                               # step 3, after checkpoint step-3 was written
+        if k["step"] == 3:                                               # step 3, after checkpoint step-3 was written
             raise SystemExit("killed")
         return real(*a, **k)
 
@@ -246,7 +248,7 @@ def test_keep_failed_trains_on_failed_rollouts_and_the_gate_reaches_the_scorer(t
     real_score, real_update, seen = train.score_rollouts, train.ppo_update, {}
 
     def judge_down(rs, *a, **k):
-        seen["gate"], seen["tok"] = k["gate"], k["tok"]
+        seen["gate"], seen["tok"] = a[1].summary_gate, k["tok"]
         out = real_score(rs, *a, **k)
         for i, s in enumerate(out):
             s["judge_failed"] = float(i < len(out) // 4)
@@ -337,7 +339,7 @@ def test_release_gate_judges_a_turn_cut_at_the_cap():
     r = decoded_rollout(task, [(CALL, ['{"y": 42}']), (capped, [])], ['{"y": 42}'])
     r.final = ""                                                    # Rollout.final of such a turn
     real, = rewards.score_rollouts([r], rewards.FactsJudge())
-    release, = rewards.score_rollouts([r], rewards.FactsJudge(), gate="release", tok=tokenizer())
+    release, = rewards.score_rollouts([r], rewards.FactsJudge(), RELEASE_GATE, tok=tokenizer())
     assert real["summary"] == 0.0 and release["summary"] == 1.0     # the release rates the text after the response
 
 
@@ -348,13 +350,13 @@ def test_decoded_reward_input_scores_a_call_inside_a_tool_response():
                 question="What is f of 1?", parallel_type="single_step_single_tool", facts=["42"])
     r = decoded_rollout(task, [("I will not call anything, here is my answer.", [CALL])], [])
     policy, = rewards.score_rollouts([r], rewards.FactsJudge(), tok=tokenizer())
-    decoded, = rewards.score_rollouts([r], rewards.FactsJudge(), tok=tokenizer(), reward_input="decoded")
+    decoded, = rewards.score_rollouts([r], rewards.FactsJudge(), rewards.HierR(reward_input="decoded"), tok=tokenizer())
     assert policy["score"] == rewards.OMISSION_SCORE               # the policy wrote no call
     assert decoded["process"] == 1.0                                # the release counts the observation's call
     assert train.get_args(["--reward-input", "decoded"]).reward_input == "decoded"
     assert train.get_args([]).reward_input == "policy"
     with pytest.raises(ValueError, match="reward_input"):
-        rewards.score_rollouts([r], rewards.FactsJudge(), reward_input="decoded")
+        rewards.score_rollouts([r], rewards.FactsJudge(), rewards.HierR(reward_input="decoded"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,8 +368,9 @@ def test_group_stats_release_reaches_the_advantages():
     gids, keep = torch.tensor([0] * 16 + [1]), torch.ones(17, dtype=torch.bool)
     batch = dict(response_mask=tool + summary, tool_mask=tool, summary_mask=summary)
     for algo in ("slca", "grpo"):
-        exact = advantage.token_advantages(algo, scores, [[]] * 17, batch, keep, gids)
-        release = advantage.token_advantages(algo, scores, [[]] * 17, batch, keep, gids, stats="release")
+        exact = advantage.token_advantages(scores, [[]] * 17, batch, keep, gids, advantage.Credit(algo=algo))
+        release = advantage.token_advantages(scores, [[]] * 17, batch, keep, gids,
+                                               advantage.Credit(algo=algo, group_stats="release"))
         assert exact.abs().max() == 0 and release[:16].abs().min() > 0.01    # float32 noise on equal rewards
         assert release[16].tolist() == ([0.0] * 3 if algo == "slca" else pytest.approx([0.7 / (1 + 1e-6)] * 3))
 

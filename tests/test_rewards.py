@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from release_reward import PARTS, release_parts
-from rewards import (MAX_JUDGE_CHARS, FactsJudge, NoisyJudge, loose_equal, predicted_calls, process_score, score,
+from rewards import (MAX_JUDGE_CHARS, FactsJudge, HierR, NoisyJudge, loose_equal, predicted_calls, process_score, score,
                      summary_judge, summary_score, turn_rewards, WEIGHTS)
 from lib.inputs.data import normalize_gold
 from lib.frozen.judges import LLMJudge
@@ -65,8 +65,8 @@ def test_omission_penalty():
 
 
 def test_negative_score_guard():
-    out = score(block(call("f", x=1)), "A long enough final response.", ["{}"],
-                task([[call("f", x=1)]]), FixedJudge(5), lam_tool=1.0, lam_sum=-2.0)
+    out = score(block(call("f", x=1)), "A long enough final response.", ["{}"], task([[call("f", x=1)]]), FixedJudge(5),
+                HierR(lam_tool=1.0, lam_sum=-2.0))
     assert out["score"] == pytest.approx(-1.0)
     assert out["r_tool"] == 0.0 and out["r_sum"] == pytest.approx(-1.0)
 
@@ -87,13 +87,13 @@ def test_extra_call_cost_by_hand():
     one, three = block(call("f", x=1)), block(call("f", x=1)) + block(call("f", x=1), call("g", y="a"))
     base = score(three + "It is done now.", "It is done now.", ["{}"] * 3, gold, FixedJudge(5))
     assert base["extra"] == 2.0 and base["r_tool"] == base["process"]
-    out = score(three + "It is done now.", "It is done now.", ["{}"] * 3, gold, FixedJudge(5), extra_cost=0.1)
+    out = score(three + "It is done now.", "It is done now.", ["{}"] * 3, gold, FixedJudge(5), HierR(extra_call_cost=0.1))
     assert out["process"] == base["process"] and out["r_tool"] == pytest.approx(base["process"] - 0.2)
     assert out["score"] == pytest.approx(base["score"] - 0.2) and out["r_sum"] == base["r_sum"] == 1.0
-    right = score(one + "It is done now.", "It is done now.", ["{}"], gold, FixedJudge(5), extra_cost=0.1)
+    right = score(one + "It is done now.", "It is done now.", ["{}"], gold, FixedJudge(5), HierR(extra_call_cost=0.1))
     assert right["extra"] == 0.0 and right["r_tool"] == pytest.approx(1.0)      # no call beyond the gold's: no charge
-    assert score(three, "", ["{}"] * 3, gold, FixedJudge(5), extra_cost=5.0)["r_tool"] == 0.0
-    irr = score(one + "It is done now.", "It is done now.", ["{}"], task([]), FixedJudge(5), extra_cost=0.25)
+    assert score(three, "", ["{}"] * 3, gold, FixedJudge(5), HierR(extra_call_cost=5.0))["r_tool"] == 0.0
+    irr = score(one + "It is done now.", "It is done now.", ["{}"], task([]), FixedJudge(5), HierR(extra_call_cost=0.25))
     assert irr["extra"] == 1.0 and irr["r_tool"] == pytest.approx(irr["process"] - 0.25)
 
 
@@ -102,16 +102,17 @@ def test_extra_block_cost_by_hand():
     two blocks is charged and the same calls in one block are not; invalid blocks are not counted."""
     gold = task([[call("f", x=1), call("g", y="a")]])
     merged, split = block(call("f", x=1), call("g", y="a")), block(call("f", x=1)) + block(call("g", y="a"))
-    one = score(merged + "It is done now.", "It is done now.", ["{}"] * 2, gold, FixedJudge(5), block_cost=0.2)
+    one = score(merged + "It is done now.", "It is done now.", ["{}"] * 2, gold, FixedJudge(5), HierR(extra_block_cost=0.2))
     assert one["extra_blocks"] == 0.0 and one["r_tool"] == pytest.approx(1.0)
-    two = score(split + "It is done now.", "It is done now.", ["{}"] * 2, gold, FixedJudge(5), block_cost=0.2)
+    two = score(split + "It is done now.", "It is done now.", ["{}"] * 2, gold, FixedJudge(5), HierR(extra_block_cost=0.2))
     assert (two["extra"], two["extra_blocks"]) == (0.0, 1.0)
     assert two["r_tool"] == pytest.approx(two["process"] - 0.2) and two["process"] == pytest.approx(0.70)  # parallel 0
     bad = "<tool_call>not json</tool_call>"
-    out = score(merged + bad + "It is done now.", "It is done now.", ["{}"] * 2, gold, FixedJudge(5), block_cost=0.2)
+    out = score(merged + bad + "It is done now.", "It is done now.", ["{}"] * 2, gold, FixedJudge(5),
+                HierR(extra_block_cost=0.2))
     assert out["extra_blocks"] == 0.0                                             # an invalid block: Format's, not Eq. 16's
-    both = score(split + block(call("f", x=1)) + "Done now, really.", "Done now, really.", ["{}"] * 3, gold,
-                 FixedJudge(5), extra_cost=0.1, block_cost=0.2)
+    both = score(split + block(call("f", x=1)) + "Done now, really.", "Done now, really.", ["{}"] * 3, gold, FixedJudge(5),
+                 HierR(extra_call_cost=0.1, extra_block_cost=0.2))
     assert (both["extra"], both["extra_blocks"]) == (1.0, 2.0)
     assert both["r_tool"] == pytest.approx(max(0.0, both["process"] - 0.1 - 0.4))
 
@@ -270,7 +271,7 @@ def test_tag_without_a_call_is_not_an_omission_unless_strict():
     for text, want in [("<tool_call>[]</tool_call>", 0.10), ("<tool_call>garbage</tool_call>", 0.0), ("<tool_call>", 0.0)]:
         out = score(text, "", [], gold, FixedJudge(5))  # the release: an opening tag is enough
         assert out["omission"] == 0.0 and out["score"] == pytest.approx(want)  # [] is a valid block: format 1
-        out = score(text, "", [], gold, FixedJudge(5), strict=True)  # the project's deviation
+        out = score(text, "", [], gold, FixedJudge(5), HierR(strict_calls=True))  # the project's deviation
         assert out["omission"] == 1.0 and out["score"] == -0.5
 
 
@@ -286,7 +287,7 @@ def test_empty_block_on_irrelevant_prompt():
     # the release's format rule counts [] as a valid block: process 1.0, above the direct answer
     assert out["score"] == pytest.approx(1.0)
     # strict: [] is an invalid block, the hack scores the direct answer's 0.90 and no more
-    assert score(hack, answer, [], task([]), judge, strict=True)["score"] == pytest.approx(0.90)
+    assert score(hack, answer, [], task([]), judge, HierR(strict_calls=True))["score"] == pytest.approx(0.90)
 
 
 def test_no_allowed_tools_scores_zero():
@@ -365,15 +366,15 @@ def test_toolpo_success_from_the_judge():
     text = block(call("f", x=1)) + "The answer is that."
     for verdict, want in [(True, 1.0), (False, 0.0), (None, 0.0)]:
         judge = SolvedJudge(verdict)
-        out = score(text, "The answer is that.", ["{}"], task([[call("g")]]), judge, succ_judge=True)
+        out = score(text, "The answer is that.", ["{}"], task([[call("g")]]), judge, HierR(succ_judge=True))
         assert out["r_succ"] == want and judge.asked == 1
     judge = SolvedJudge(True)  # the rule is used without the flag, or for a judge without solved()
     assert score(text, "The answer is that.", ["{}"], task([[call("g")]]), judge)["r_succ"] == 0.0
     assert judge.asked == 0
-    assert score(text, "The answer is that.", ["{}"], task([[call("f", x=1)]]), FixedJudge(3), succ_judge=True)["r_succ"] == 1.0
+    assert score(text, "The answer is that.", ["{}"], task([[call("f", x=1)]]), FixedJudge(3), HierR(succ_judge=True))["r_succ"] == 1.0
     # too short a final response is unsolved without asking; a transport failure is judge_failed
-    assert score(text, "ok", ["{}"], task([[call("g")]]), judge, succ_judge=True)["r_succ"] == 0.0 and judge.asked == 0
-    out = score(text, "The answer is that.", [], task([[call("g")]]), DownJudge(), succ_judge=True)
+    assert score(text, "ok", ["{}"], task([[call("g")]]), judge, HierR(succ_judge=True))["r_succ"] == 0.0 and judge.asked == 0
+    out = score(text, "The answer is that.", [], task([[call("g")]]), DownJudge(), HierR(succ_judge=True))
     assert out["r_succ"] == 0.0 and out["judge_failed"] == 1.0
 
 
@@ -458,8 +459,8 @@ def test_rewards_fuzz(b):
     if want is not None:
         assert {k: parts[k] for k in PARTS + ("omission",)} == {k: want[k] for k in PARTS + ("omission",)}
     t = SimpleNamespace(gold=gold, allowed_tools=allowed, question=text, facts=["1"])
-    out = score(text, text, [text, text] if b[2] & 16 else [], t, judge, strict=bool(b[2] & 8),
-                succ_judge=bool(b[2] & 32))
+    out = score(text, text, [text, text] if b[2] & 16 else [], t, judge,
+                HierR(strict_calls=bool(b[2] & 8), succ_judge=bool(b[2] & 32)))
     assert -0.5 <= out["score"] <= 2.0
     assert all(0.0 <= out[k] <= 1.0 for k in ("process", "summary", "r_action", "r_succ", "r_tool"))
     assert out["judge_failed"] in (0.0, 1.0) and out["omission"] in (0.0, 1.0)

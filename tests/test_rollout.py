@@ -12,7 +12,7 @@ from transformers import DynamicCache
 from helpers import tiny_model, tokenizer
 from lib.inputs.chat import chat_ids
 from lib.sampling.sampler import draw, sample
-from rollout import collate, generate, prompt_ids, rollout, stop_ids, stop_text, tool_turn_ids
+from rollout import Episode, collate, generate, prompt_ids, rollout, stop_ids, stop_text, tool_turn_ids
 from segment import Call, find_blocks, parse_block
 from simulator import Simulator
 
@@ -82,7 +82,7 @@ class EchoSim:
 def test_masks_line_up_and_observations_are_masked():
     tok = tokenizer()
     model = Scripted(lambda r, t: CALL if t < r else ANSWER)  # row r makes r tool turns
-    rs = rollout(model, tok, tasks_rows(3), EchoSim(), max_turns=5, max_tokens=500)
+    rs = rollout(model, tok, tasks_rows(3), EchoSim(), Episode(max_turns=5, max_tokens=500))
     for r_i, r in enumerate(rs):
         assert r.stop == "done" and r.tool_turns == r_i and len(r.turns) == r_i + 1
         assert len(r.ids) == len(r.mask) == len(r.logprobs) == len(r.tool_mask) == len(r.summary_mask)
@@ -107,7 +107,7 @@ def test_masks_line_up_and_observations_are_masked():
 def test_token_in_token_out_prefix_property():
     tok = tokenizer()
     model = Scripted(lambda r, t: CALL if t < 2 else ANSWER)
-    rs = rollout(model, tok, tasks_rows(2), EchoSim(), max_turns=5, max_tokens=500)
+    rs = rollout(model, tok, tasks_rows(2), EchoSim(), Episode(max_turns=5, max_tokens=500))
     for r in rs:
         mine = [x for x in model.inputs if x == r.prompt[:-1] or x[:len(r.prompt)] == r.prompt]
         assert len(mine) == 3  # the prompt (its group's prefix: all but the last id, which the row feeds alone),
@@ -120,7 +120,7 @@ def test_token_in_token_out_prefix_property():
 def test_turn_cap():
     model = Scripted(lambda r, t: CALL)
     sim = EchoSim()
-    rs = rollout(model, tokenizer(), tasks_rows(2), sim, max_turns=3, max_tokens=2000)
+    rs = rollout(model, tokenizer(), tasks_rows(2), sim, Episode(max_turns=3, max_tokens=2000))
     for r in rs:
         assert r.stop == "turns" and len(r.turns) == 3 and r.tool_turns == 3
         assert len(r.observations) == 2  # the capped turn's call is never answered
@@ -132,11 +132,11 @@ def test_turn_cap():
 def test_tool_round_cap():
     # the release's max_user_turns: after 2 answered rounds a third call ends the trajectory
     model = Scripted(lambda r, t: CALL if t < 2 + r else ANSWER)  # row 0 answers after 2 rounds, row 1 wants 3
-    rs = rollout(model, tokenizer(), tasks_rows(2), EchoSim(), max_turns=10, max_tokens=2000, max_tool_rounds=2)
+    rs = rollout(model, tokenizer(), tasks_rows(2), EchoSim(), Episode(max_turns=10, max_tokens=2000, max_tool_rounds=2))
     assert [r.stop for r in rs] == ["done", "tool_rounds"]
     assert [len(r.turns) for r in rs] == [3, 3] and [len(r.observations) for r in rs] == [2, 2]
     assert rs[1].final == "" and rs[1].turns[-1]["observations"] == []
-    rs = rollout(model, tokenizer(), tasks_rows(2), EchoSim(), max_turns=10, max_tokens=2000)  # None: no cap
+    rs = rollout(model, tokenizer(), tasks_rows(2), EchoSim(), Episode(max_turns=10, max_tokens=2000, max_tool_rounds=0))  # 0: no cap
     assert [r.stop for r in rs] == ["done", "done"] and [len(r.observations) for r in rs] == [2, 3]
 
 
@@ -144,11 +144,11 @@ def test_length_cap_stops_before_the_observation():
     tok = tokenizer()
     n_call = len(tok.encode(CALL, add_special_tokens=False))
     model = Scripted(lambda r, t: CALL)
-    rs = rollout(model, tok, tasks_rows(1), EchoSim("x" * 400), max_turns=5, max_tokens=n_call + 20)
+    rs = rollout(model, tok, tasks_rows(1), EchoSim("x" * 400), Episode(max_turns=5, max_tokens=n_call + 20))
     r, = rs
     assert r.stop == "length" and len(r.ids) == n_call and r.observations == [] and sum(r.mask) == n_call
     # a budget cut inside generation
-    rs = rollout(Scripted(lambda r, t: "word " * 50), tok, tasks_rows(1), EchoSim(), max_tokens=7)
+    rs = rollout(Scripted(lambda r, t: "word " * 50), tok, tasks_rows(1), EchoSim(), Episode(max_tokens=7))
     assert rs[0].stop == "length" and len(rs[0].ids) == 7
 
 
@@ -169,7 +169,7 @@ class EndSim:
 
 def test_a_turn_without_a_parseable_call_ends_the_trajectory():
     model = Scripted(lambda r, t: "<tool_call>not json</tool_call>" if r == 0 or t == 1 else CALL)
-    rs = rollout(model, tokenizer(), tasks_rows(2), EndSim(), max_turns=5, max_tokens=500)
+    rs = rollout(model, tokenizer(), tasks_rows(2), EndSim(), Episode(max_turns=5, max_tokens=500))
     assert [r.stop for r in rs] == ["no_call", "no_call"] and [len(r.turns) for r in rs] == [1, 2]
     assert rs[0].observations == [] and rs[0].final == "" and rs[0].turns[0]["calls"] == []
     assert sum(rs[0].mask) == len(rs[0].ids)  # nothing appended after the policy's turn
@@ -210,14 +210,14 @@ def test_a_raising_simulator_fails_one_call_not_the_batch():
     assert len(tok.encode(deep, add_special_tokens=False)) == 1002
     model = Scripted(lambda r, t: (deep if r == 0 else CALL) if t == 0 else ANSWER)
     with pytest.warns(UserWarning, match="RecursionError"):
-        rs = rollout(model, tok, tasks_rows(2), RaisingSim(), max_tokens=3000)
+        rs = rollout(model, tok, tasks_rows(2), RaisingSim(), Episode(max_tokens=3000))
     assert [r.stop for r in rs] == ["done", "done"]
     assert rs[0].observations == ["Error when executing tool: RecursionError: maximum recursion depth exceeded "
                                   "while decoding a JSON array"]
     assert rs[0].failed == 1 and rs[0].responses == [] and rs[0].turns[0]["calls"][0]["failed"]
     assert rs[1].observations == ["obs-text"] and rs[1].failed == 0
     # the shipped simulator answers the same turn without raising
-    rs = rollout(model, tok, tasks_rows(2), Simulator(), max_tokens=3000)
+    rs = rollout(model, tok, tasks_rows(2), Simulator(), Episode(max_tokens=3000))
     assert rs[0].stop == "no_call" and rs[0].failed == 0
 
 
@@ -341,7 +341,7 @@ def fresh_logprobs(model, r):
 def test_multi_turn_rollouts_match_a_fresh_forward(sampler):
     torch.manual_seed(0)
     tok = tokenizer()
-    rollout_ = functools.partial(rollout, sampler=sampler)
+    rollout_ = lambda model, tok, tasks, sim, **kw: rollout(model, tok, tasks, sim, Episode(sampler=sampler, **kw))  # noqa: E731
     # greedy: every policy token is the argmax of a fresh forward, log-probs equal to 1e-5
     model = calling(tiny_model(), tok, strength=8.0)
     rs = rollout_(model, tok, world(6), RoundsSim(), temperature=0.0, max_turns=4, max_tokens=100)
@@ -355,7 +355,7 @@ def test_multi_turn_rollouts_match_a_fresh_forward(sampler):
         assert torch.allclose(torch.tensor(r.logprobs)[pol], lp.gather(-1, ids[:, None])[:, 0][pol], atol=1e-5)
         assert all(x == 0.0 for x, m in zip(r.logprobs, r.mask) if not m)
     # the same rows one at a time (no padding, no compaction) give the same rollouts
-    alone = rollout_(model, tok, world(6), RoundsSim(), temperature=0.0, max_turns=4, max_tokens=100, batch_size=1)
+    alone = rollout_(model, tok, world(6), RoundsSim(), temperature=0.0, max_turns=4, max_tokens=100, gen_batch=1)
     assert [r.ids for r in alone] == [r.ids for r in rs]
     # sampling at temperature 1 (turns of every length, rows stopping at every step, G = 3
     # rows sharing each prompt's prefill): the returned log-probs are the policy's
@@ -376,8 +376,8 @@ def test_the_two_samplers_agree_on_greedy_multi_turn_rollouts():
     different turns (no call to answer after 0 and 1 rounds, the token budget inside turn 3)."""
     tok = tokenizer()
     model = calling(tiny_model(), tok, strength=8.0)
-    got = {name: rollout(model, tok, world(6), RoundsSim(), temperature=0.0, max_turns=4, max_tokens=60,
-                         sampler=name) for name in ("generate", "cached")}
+    got = {name: rollout(model, tok, world(6), RoundsSim(), Episode(temperature=0.0, max_turns=4, max_tokens=60,
+                                                                   sampler=name)) for name in ("generate", "cached")}
     ref = got["generate"]
     assert [r.stop for r in ref] == ["no_call", "no_call", "length"] * 2
     assert [len(r.turns) for r in ref] == [1, 2, 3] * 2
@@ -386,7 +386,7 @@ def test_the_two_samplers_agree_on_greedy_multi_turn_rollouts():
         assert (a.ids, a.mask, a.turns, a.stop) == (b.ids, b.mask, b.turns, b.stop)
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
     with pytest.raises(ValueError, match="sampler"):
-        rollout(model, tok, world(1), RoundsSim(), sampler="vllm")
+        rollout(model, tok, world(1), RoundsSim(), Episode(sampler="vllm"))
 
 
 def test_the_two_samplers_agree_turn_by_turn_on_budgets_and_stop_text():
@@ -441,7 +441,7 @@ def test_each_prompt_is_prefilled_once_per_group():
     shapes = []
     model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
     ts = [t for t in tasks_rows(2) for _ in range(4)]  # 2 prompts, G = 4
-    rollout(model, tok, ts, EchoSim(), max_turns=1, max_tokens=5)
+    rollout(model, tok, ts, EchoSim(), Episode(max_turns=1, max_tokens=5))
     P = max(len(prompt_ids(tok, t)) for t in ts)
     # the two prompts but their last ids (the groups' shared prefixes), then each row's last prompt id, then decoding
     assert shapes[:2] == [(2, P - 1), (8, 1)] and all(s[1] == 1 and s[0] <= 8 for s in shapes[2:])
@@ -450,7 +450,7 @@ def test_each_prompt_is_prefilled_once_per_group():
 def test_real_model_rollout_and_collate():
     torch.manual_seed(0)
     tok, model = tokenizer(), tiny_model()
-    rs = rollout(model, tok, tasks_rows(4), EchoSim(), groups=[0, 0, 1, 1], max_turns=3, max_tokens=40)
+    rs = rollout(model, tok, tasks_rows(4), EchoSim(), Episode(max_turns=3, max_tokens=40), groups=[0, 0, 1, 1])
     b = collate(rs, tok.pad_token_id)
     assert b["input_ids"].shape == b["response_mask"].shape == b["logprobs"].shape
     for i, r in enumerate(rs):
@@ -463,6 +463,6 @@ def test_real_model_rollout_and_collate():
         assert torch.equal(b["tool_mask"][i] + b["summary_mask"][i], b["response_mask"][i])
         assert r.stop in ("done", "turns", "length", "no_call") and len(r.ids) <= 40
     # greedy is deterministic
-    g1 = rollout(model, tok, tasks_rows(2), EchoSim(), temperature=0.0, max_tokens=30)
-    g2 = rollout(model, tok, tasks_rows(2), EchoSim(), temperature=0.0, max_tokens=30)
+    g1 = rollout(model, tok, tasks_rows(2), EchoSim(), Episode(temperature=0.0, max_tokens=30))
+    g2 = rollout(model, tok, tasks_rows(2), EchoSim(), Episode(temperature=0.0, max_tokens=30))
     assert [r.ids for r in g1] == [r.ids for r in g2]

@@ -17,8 +17,8 @@ from runs import ARGS, ROOT, SIGNAL_ITSELF, logged, run, same, weights
 FULL_DISK = """
 import resource, signal, sys, train
 save = train.save_checkpoint
-def save_then_fill(*args):
-    save(*args)
+def save_then_fill(*args, **kw):
+    save(*args, **kw)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
 train.save_checkpoint = save_then_fill

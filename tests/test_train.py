@@ -367,10 +367,10 @@ def test_a_step_of_hours_keeps_its_endpoints_by_default(world, monkeypatch):
     monkeypatch.setattr(judges, "time", clock)
     ratings, real_step = [], train.rl_step
 
-    def step(model, ref, tok, opt, tasks, pos, sim, judge, *rest):
+    def step(*args, **k):
         shift[0] += 4 * 3600  # the step's sampling took four hours
-        ratings.append(judge.rate("q", ["{}"], "A long enough answer."))
-        return real_step(model, ref, tok, opt, tasks, pos, sim, judge, *rest)
+        ratings.append(k["frozen"][1].rate("q", ["{}"], "A long enough answer."))
+        return real_step(*args, **k)
     monkeypatch.setattr(train, "rl_step", step)
     server = Server(lambda path, body, n: (200, chat("[[4]]"), 0))
     try:
@@ -792,7 +792,7 @@ def test_decision_credit_summary_is_the_default_bit_for_bit_and_tool_pays_the_st
 
     def spy(*args, **kw):
         A = real(*args, **kw)
-        seen.append((A, args[3]["summary_mask"].clone(), args[12]))  # train.py passes decision 13th
+        seen.append((A, args[2]["summary_mask"].clone(), kw["decision"]))  # the batch, and Eq. 15's d
         return A
     monkeypatch.setattr(train, "token_advantages", spy)
     argv = ["--data", two_step_world(tmp_path), "--sft-data", "", "--eval-data", "", "--tiny-size", "32", "1", "2",

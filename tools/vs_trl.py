@@ -242,8 +242,8 @@ def run_project(world, tok, model, a, turns, budget):
     before = rss_mb()
     t0 = time.perf_counter()
     with autocast(a.dtype, "cpu"):
-        m, rs, *_ = train.rl_step(model, ref, tok, opt, world[:a.prompts], list(range(a.prompts)), FixedSim(),
-                                  rewards.FactsJudge(), args, 0, 0)
+        m, rs, *_ = train.rl_step(model, ref, tok, opt, world[:a.prompts], list(range(a.prompts)),
+                                  frozen=(FixedSim(), rewards.FactsJudge()), a=args, step=0, bad=0)
     total = time.perf_counter() - t0
     cfg = model.config
     flops = {"sample": rollout_flops(cfg, rs),

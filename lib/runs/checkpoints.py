@@ -74,13 +74,14 @@ def save(obj, path):
         os.fsync(f.fileno())
 
 
-def save_checkpoint(model, opt, out, config, keep, step, order, rank, logs=None):
+def save_checkpoint(model, opt, config, step, order, rank, *, logs=None):
     """Weights, optimizer, every rank's RNG, the next step, the data order, `logs` (rank 0's
     byte length of each log file) and `config` (the run's flags, a dict), written to
-    out/ckpt/.tmp-step-N and renamed. One process: the weights and optimizer in state.pt. Under
+    <config["out"]>/ckpt/.tmp-step-N and renamed. One process: the weights and optimizer in state.pt. Under
     torchrun: each rank writes its own shard of them to shards/ (dcp.save; tensors only) and
     state.pt holds the optimizer's param_groups instead. Keeps the last `keep` checkpoints up to
     this step (a later one, skipped as damaged on resume, is replaced when the run gets there)."""
+    out, keep = config["out"], config["keep"]
     folder = os.path.join(out, "ckpt")
     tmp, final = os.path.join(folder, f".tmp-step-{step}"), os.path.join(folder, f"step-{step}")
     state = {"step": step, "order": order, "world": world(), "logs": logs}

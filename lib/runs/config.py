@@ -11,6 +11,7 @@ so a flag given always wins: configs/demo.toml without --model, configs/paper.to
 --help shows the flags a run usually sets; --help-all shows every flag, HIDDEN's too, in the same groups.
 """
 import argparse
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -63,6 +64,13 @@ BOUNDS = {  # range: the flags (dests) it bounds; all a careful user may ask for
     f"[1, {MAX_SAFE_DEPTH}]": "json_depth",          # lib/inputs/text.py's
 }
 RANGE = {dest: bound for bound, dests in BOUNDS.items() for dest in dests.split()}
+
+
+def settings(cls, values):
+    """Settings dataclass `cls` (advantage.Credit, loss.Clip, ...) from a run's flags (a namespace, or a dict such as
+    its config.json): each field from the value of the same name, a missing one its default."""
+    values = values if isinstance(values, dict) else vars(values)
+    return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
 
 
 def num(text):

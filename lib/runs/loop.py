@@ -28,9 +28,11 @@ FIX = {"sim": "serve a simulator and pass --sim-url URL --sim-model NAME (or --s
        "judge": "serve a judge and pass --judge-url URL --judge-model NAME (or --judge-model FOLDER, in-process)"}
 
 
-def plan(n_rl, n_eval, n_sft, sft_done, steps, sft_epochs, sft_batch, prompts_per_step, group_size, epochs,
-         eval_every):
-    """One line saying which stages this run has, and their sizes, before the first one starts."""
+def plan(n_rl, n_eval, n_sft, sft_done, steps, config):
+    """One line saying which stages this run has, and their sizes, before the first one starts (`config`:
+    the run's flags, a dict)."""
+    sft_epochs, sft_batch, epochs, eval_every = (config[k] for k in ("sft_epochs", "sft_batch", "epochs", "eval_every"))
+    prompts_per_step, group_size = config["prompts_per_step"], config["group_size"]
     sft = ("SFT: done before, in <out>/sft" if sft_done else
            f"SFT: {n_sft:,} conversations x {sft_epochs} epochs, {sft_batch} a step" if n_sft else
            "SFT: none (no --sft-data)")
@@ -40,9 +42,12 @@ def plan(n_rl, n_eval, n_sft, sft_done, steps, sft_epochs, sft_batch, prompts_pe
     return f"plan: {sft} -> {rl} -> {ev}"
 
 
-def rl_state(out, config, model, opt, rank, logs, n_tasks, epochs, seed, resume, sft_dir):
-    """The RL state to start from: fresh, or (`resume`) the newest checkpoint in `out` that reads
-    back, with the logs cut back to that point. Returns (first step, data order, the checkpoint found or None)."""
+def rl_state(config, model, opt, logs, n_tasks, rank):
+    """The RL state to start from (`config`: the run's flags, a dict): fresh, or (--resume) the newest
+    checkpoint in --out that reads back, with the logs cut back to that point (from the SFT result in
+    <out>/sft when there is none). Returns (first step, data order, the checkpoint found or None)."""
+    out, epochs, seed, resume = config["out"], config["epochs"], config["seed"], config["resume"]
+    sft_dir = os.path.join(out, "sft")
     order = data_order(n_tasks, epochs, seed)
     random.seed(seed + 1)  # RL starts from the same RNG state whether SFT ran now or in an earlier process
     torch.manual_seed(seed + 1)
@@ -61,7 +66,7 @@ def rl_state(out, config, model, opt, rank, logs, n_tasks, epochs, seed, resume,
     return start, order, found
 
 
-def step_metrics(step, rs, scores, batch, stats, sums, sim_fail, judge_fail, bad, t_roll, t_train, ppo_epochs):
+def step_metrics(step, rs, scores, batch, stats, sums, *, sim_fail, judge_fail, bad, t_roll, t_train, ppo_epochs):
     """One RL step's metrics row: sums over this rank's rollouts (`sums`: the advantages' and the
     simulator's, advantage.seg_stats and turn_stats), added up over ranks, then means (the loss stats
     are shares of each mini-batch, so they are averaged over the updates). Returns (row, the sums)."""
@@ -99,12 +104,12 @@ def step_metrics(step, rs, scores, batch, stats, sums, sim_fail, judge_fail, bad
     return m, tot
 
 
-def log_step(logs, m, rs, scores, turn_r, advs, step, main_rank, show):
-    """Log the step's metrics and every rollout (gathered from all ranks), the token ids of the
+def log_step(logs, m, rs, scores, turn_r, advs, *, main_rank, show):
+    """Log the step's metrics `m` (its row, m["step"] the step) and every rollout (gathered from all ranks), the token ids of the
     first CREDIT_GROUPS groups of each rank (credit.jsonl), print a line and `show` rollouts.
     advs: SLCA's (adv_tool, adv_sum) and which rollouts entered the group statistics, (B,) each."""
     logs.write(m)
-    at, asum, keep = advs
+    step, (at, asum, keep) = m["step"], advs
     rows = [{"step": step, "group": r.group, "question": r.task.question, "turns": r.turns, "stop": r.stop,
              **{k: s[k] for k in ("process", "summary", "score", "r_tool", "r_sum", "extra", "extra_blocks", "called",
                                   "redundant") if k in s},
