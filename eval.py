@@ -14,20 +14,20 @@ lib/runs/evalcli.py's; the external benchmarks are `python -m bench` (bench/__ma
 """
 import argparse
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from tqdm import tqdm
 
 from lib.frozen import judges, llm
 import rewards
-from lib.inputs.data import MAX_PROMPT_TOKENS, drop_long, load_tasks
+from lib.inputs.data import drop_long, load_tasks
 from lib.training.model import load_policy
 from lib.training.precision import autocast, bf16_note, cast_once
-from rollout import GEN_BATCH, MAX_TOKENS, MAX_TOOL_ROUNDS, MAX_TURNS, SAMPLERS, Episode, prompt_ids, rollout
+from rollout import GEN_BATCH, MAX_TOKENS, Episode, prompt_ids, rollout
 from lib.inputs.text import MAX_JSON_DEPTH, MAX_SAFE_DEPTH, set_json_depth
 from simulator import MALFORMED, PARSES, PROMPT, SCHEMA_CHECKS, Simulator
 from lib.frozen.sgls import PROMPT_FIELDS
-from lib.runs.config import bounds_help, check_bounds, settings
+from lib.runs.config import Part, bound, bounds_help, check_bounds, client_part, flags, settings
 from lib.runs.evalcli import (FMT, aggregate_command, bench_parser, fingerprint, llm_client, resume, run_config,
                               text_table, write_summary)
 from lib.runs.files import append_jsonl
@@ -121,58 +121,46 @@ def format_table(results):
 
 
 # ---------------------------------------------------------------------------------------------
-# the flags of one episode and its scoring, defined once for train.py and `eval.py toucan`
-def add_episode_flags(g, schema_check=None):
-    """Add the flags that decide an episode and its scores (the caps, the sampler, the simulator,
-    the judge, how model output is parsed and scored); `schema_check`: --schema-check's default
-    (train.py's None is filled by its preset)."""
-    g.add_argument("--max-prompt-tokens", type=int, default=MAX_PROMPT_TOKENS,
-                   help="longer prompts are dropped (the release's)")
-    g.add_argument("--max-turns", type=int, default=MAX_TURNS, help="assistant turns per trajectory (docs/method.md §6)")
-    g.add_argument("--max-tool-rounds", type=int, default=MAX_TOOL_ROUNDS,
-                   help="answered tool rounds per trajectory (the release's max_user_turns); 0 = no cap")
-    g.add_argument("--sampler", choices=SAMPLERS, default=SAMPLERS[0],
-                   help="cached = lib/sampling/sampler.py (KV caches kept across turns, each prompt prefilled once per "
-                        "group); generate = Hugging Face model.generate, the reference; compiled = cached with "
-                        "each decoding step through torch.compile (lib/sampling/compiled.py; Qwen2 only) (rollout.py)")
-    g.add_argument("--strict-calls", action="store_true",
-                   help="a block with no valid call is invalid and a response with no valid call is an omission "
-                        "(-0.5); the release only looks for the <tool_call> tag, so `<tool_call>[]</tool_call>` "
-                        "scores 1.0 on an irrelevant prompt there")
-    g.add_argument("--summary-gate", choices=rewards.GATES, default=rewards.GATES[0],
-                   help="what opens S_sum and what the judge rates: real = the final turn (none when it holds a "
-                        "call), on the tool responses of calls that passed the checks and were answered; release = "
-                        "the released reward's: the text after the last tool response, on every <tool_response> "
-                        "block of the decoded trajectory, error observations included")
-    g.add_argument("--reward-input", choices=rewards.INPUTS, default=rewards.INPUTS[0],
-                   help="what the process score reads: policy = the policy's own text; decoded = the released "
-                        "reward's, the decoded trajectory with its tool turns (a <tool_call> or <think> inside a "
-                        "tool response counts as the policy's)")
-    g.add_argument("--sim-backend", choices=["replay", "llm"], default=None,
-                   help="default: llm when a sim client is set, else replay")
-    g.add_argument("--schema-check", choices=SCHEMA_CHECKS, default=schema_check,
-                   help="full = JSON-Schema validation after check 3; light = stop at check 3 (the released code's)")
-    g.add_argument("--no-sgls", action="store_true", help="'w/o SGLS': no tool definition, no checks 2-4")
-    g.add_argument("--malformed", choices=MALFORMED, default=MALFORMED[0],
-                   help="a block that is not JSON or never closed: end = no call, the trajectory ends (the "
-                        "release's parser); answer = an error observation and the trajectory goes on")
-    g.add_argument("--sim-parse", choices=PARSES, default=PARSES[0],
-                   help="how the simulator reads a turn's calls: project = think blocks dropped, arguments must "
-                        "be a JSON object (check 1); release = the released agent loop's: think blocks kept (a "
-                        "call inside one is answered), arguments that are not an object go to the LLM")
-    g.add_argument("--json-depth", type=int, default=MAX_JSON_DEPTH,
-                   help=f"JSON nested deeper than this is invalid (no call, no gold) wherever model output or "
-                        f"data is parsed; up to {MAX_SAFE_DEPTH} (the release has no bound and can crash)")
-    g.add_argument("--sim-cache", default=None, help="folder for the simulator's answer cache")
-    g.add_argument("--sim-prompt", metavar="FILE", default=None,
-                   help="the simulator LLM's prompt template (e.g. the release's text) with the placeholders "
-                        "{definition} and {call}; default: simulator.PROMPT")
-    g.add_argument("--judge-prompt", metavar="FILE", default=None,
-                   help="the judge's rating template with {question}, {responses}, {response} (e.g. the release's "
-                        "text, placeholders renamed); replies are read as [[level]] or the release's "
-                        "<rating>level</rating>; default: judges.JUDGE_PROMPT")
-    llm.add_client_flags(g, "sim")
-    llm.add_client_flags(g, "judge")
+# the settings of one episode and its scoring, shared by train.py and `eval.py toucan`
+@dataclass(frozen=True)
+class Frozen:
+    """The frozen LLMs of an episode and how what they read is parsed: `frozen_llms` builds the simulator
+    (simulator.Simulator) and the judge (rewards.summary_judge) from them; train.py's and eval.py's flags of the
+    same names ("the episode and its scoring"), beside their clients' (--sim-*, --judge-*: lib.frozen.llm.Client)."""
+    sim_backend: str | None = field(default=None, metadata={
+        "choices": ("replay", "llm"), "help": "default: llm when a sim client is set, else replay"})
+    schema_check: str = field(default=SCHEMA_CHECKS[0], metadata={
+        "choices": SCHEMA_CHECKS, "hidden": True,
+        "help": "full = JSON-Schema validation after check 3; light = stop at check 3 (the released code's)"})
+    no_sgls: bool = field(default=False, metadata={"help": "'w/o SGLS': no tool definition, no checks 2-4"})
+    malformed: str = field(default=MALFORMED[0], metadata={
+        "choices": MALFORMED, "hidden": True,
+        "help": "a block that is not JSON or never closed: end = no call, the trajectory ends (the release's parser); "
+                "answer = an error observation and the trajectory goes on"})
+    sim_parse: str = field(default=PARSES[0], metadata={
+        "choices": PARSES, "hidden": True,
+        "help": "how the simulator reads a turn's calls: project = think blocks dropped, arguments must be a JSON "
+                "object (check 1); release = the released agent loop's: think blocks kept (a call inside one is "
+                "answered), arguments that are not an object go to the LLM"})
+    json_depth: int = field(default=MAX_JSON_DEPTH, metadata={
+        "range": f"[1, {MAX_SAFE_DEPTH}]", "hidden": True,  # lib/inputs/text.py's
+        "help": f"JSON nested deeper than this is invalid (no call, no gold) wherever model output or data is parsed; "
+                f"up to {MAX_SAFE_DEPTH} (the release has no bound and can crash)"})
+    sim_cache: str | None = field(default=None, metadata={"help": "folder for the simulator's answer cache"})
+    sim_prompt: str | None = field(default=None, metadata={
+        "metavar": "FILE", "hidden": True,
+        "help": "the simulator LLM's prompt template (e.g. the release's text) with the placeholders {definition} and "
+                "{call}; default: simulator.PROMPT"})
+    judge_prompt: str | None = field(default=None, metadata={
+        "metavar": "FILE", "hidden": True,
+        "help": "the judge's rating template with {question}, {responses}, {response} (e.g. the release's text, "
+                "placeholders renamed); replies are read as [[level]] or the release's <rating>level</rating>; default: "
+                "judges.JUDGE_PROMPT"})
+
+
+EPISODE = [Part(Episode, only=("max_prompt_tokens", "max_turns", "max_tool_rounds", "sampler")),
+           Part(rewards.HierR, only=("strict_calls", "summary_gate", "reward_input")), Frozen,
+           client_part("sim"), client_part("judge")]  # the flags deciding an episode and its scores, both commands'
 
 
 def check_episode_flags(p, a, solved_prompt=None):
@@ -191,8 +179,8 @@ def frozen_llms(a):
     """The simulator (simulator.Simulator) and the judge (rewards.summary_judge) the episode flags name, and
     their two clients (None when not set): the flags passed on, nothing decided here."""
     sim_client, judge_client = llm_client(a, "sim"), llm_client(a, "judge")
-    sim = Simulator(a.sim_backend, sim_client, a.schema_check, a.no_sgls, cache_dir=a.sim_cache, malformed=a.malformed,
-                    parse=a.sim_parse, prompt=a.sim_template)
+    sim = Simulator(a.sim_backend, sim_client, schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache,
+                    malformed=a.malformed, parse=a.sim_parse, prompt=a.sim_template)
     return sim, rewards.summary_judge(judge_client, a.judge_template, a.solved_template), (sim_client, judge_client)
 
 
@@ -211,13 +199,14 @@ def get_args(argv=None):
                    help="a train.py config.json whose settings become this command's defaults; auto = the "
                         "run's when --model is a run's final/, final/merged/ or sft/ folder; none = the defaults shown")
     t.add_argument("--data", default="data/world/eval.jsonl")
-    t.add_argument("--limit", type=int, default=None, help="first N tasks only")
-    add_episode_flags(t, SCHEMA_CHECKS[0])
+    bound(t.add_argument("--limit", type=int, default=None, help="first N tasks only"), "[0, 1e7]")
+    for part in EPISODE:
+        flags(t, part)
 
     g = sub.add_parser("plot", help="training curves, reward parts and advantage statistics as PNGs", **FMT)
     g.add_argument("runs", nargs="+", help="run folders of train.py (metrics.jsonl, eval.jsonl)")
     g.add_argument("--out", default="out/plots", help="folder for the PNGs")
-    g.add_argument("--smooth", type=int, default=1, help="moving average over N steps")
+    bound(g.add_argument("--smooth", type=int, default=1, help="moving average over N steps"), "[1, 1e7]")
 
     m = sub.add_parser("aggregate", help="mean ± std of several runs' summaries", **FMT)
     m.add_argument("summaries", nargs="+", help="<out>.summary.json files (or their .jsonl result files)")

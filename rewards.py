@@ -54,7 +54,7 @@ class HierR:
     ("rewards and advantages"); the last three say how model output is read and scored, in training
     and in eval.py alike ("the episode and its scoring")."""
     hierr_weights: tuple = field(default=tuple(WEIGHTS.values()), metadata={
-        "nargs": 5, "metavar": ("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"), "range": "[0, 100]",
+        "nargs": 5, "type": float, "metavar": ("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"), "range": "[0, 100]",
         "help": "Eq. 2's; 0 0 0 0 0 = 'w/o HierR'"})
     lam_tool: float = field(default=LAM, metadata={"help": "λ_tool of Eqs. 4 and 8", "range": "[0, 100]"})
     lam_sum: float = field(default=LAM, metadata={"help": "λ_sum of Eqs. 4 and 8", "range": "[0, 100]"})

@@ -71,7 +71,7 @@ class Simulator:
     """backend "replay" | "llm" (needs `client`), None: llm when a `client` is given, else replay;
     schema_check "full" | "light"; malformed "end" | "answer"; see the module doc."""
 
-    def __init__(self, backend=None, client=None, schema_check=SCHEMA_CHECKS[0], ablate=False, max_chars=2048,
+    def __init__(self, backend=None, client=None, *, schema_check=SCHEMA_CHECKS[0], ablate=False, max_chars=2048,
                  temperature=0.6, retries=3, cache_dir=None, max_tokens=ANSWER_TOKENS, malformed=MALFORMED[0],
                  max_calls=MAX_CALLS, parse=PARSES[0], prompt=PROMPT):
         backend = backend or ("llm" if client is not None else "replay")

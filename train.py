@@ -41,12 +41,12 @@ from tqdm import tqdm
 
 import rewards
 from rewards import HierR, score_rollouts
-from advantage import ALGOS, DECISION_CREDIT, STATS, TURN_CREDIT, Credit, log_sums, slca_terms, token_advantages
-from loss import AGGS, CLIP_C, CLIP_EPS, KL_BETA, Clip, grad_cosine, normaliser, policy_loss
-from rollout import TEMPERATURE, Episode, collate, prompt_ids, rollout
+from advantage import Credit, log_sums, slca_terms, token_advantages
+from loss import Clip, grad_cosine, normaliser, policy_loss
+from rollout import Episode, collate, prompt_ids, rollout
 from segment import decision_mask
 from simulator import unrecorded
-from eval import add_episode_flags, check_episode_flags, evaluate, format_table, frozen_llms, metrics
+from eval import EPISODE, check_episode_flags, evaluate, format_table, frozen_llms, metrics
 from lib.inputs.data import DataError, drop_long, load_sft, load_tasks
 from lib.inputs.text import set_json_depth, take_unencodable
 from lib.training import lora, tiny
@@ -56,27 +56,38 @@ from lib.training.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.training.model import load_policy
 from lib.training.optim import optimizer_step
 from lib.training.precision import autocast, bf16_note, cast_once, frozen_cast
-from lib.training.sft import SFTConfig, warm_start
+from lib.training.sft import SFT, warm_start
+from lib.training import sft
 from lib.frozen import llm
 from lib.runs import config, loop
 from lib.runs.checkpoints import save_checkpoint, save_final
 from lib.runs.files import Logs
 from lib.runs.runfolder import check_folder, lock, open_run, stop_if_asked, stop_requests, writing
-from lib.runs.config import settings
+from lib.runs.config import Part, settings
 from lib.runs.threads import Threads
 
-# the defaults and choices the method modules own, for the flag table (lib/runs/config.py)
-METHOD = {"algos": ALGOS, "aggs": AGGS, "stats": STATS, "clip_eps": CLIP_EPS, "clip_c": CLIP_C, "kl_beta": KL_BETA,
-          "lam": rewards.LAM, "weights": rewards.WEIGHTS.values(), "turn_credit": TURN_CREDIT, "temperature": TEMPERATURE,
-          "decision": DECISION_CREDIT, "extra_cost": rewards.EXTRA_COST,
-          "block_cost": rewards.BLOCK_COST}
-
-
 # ---------------------------------------------------------------------------------------------
-# the config: the flag table over a preset file (lib/runs/config.py, configs/*.toml)
+# the config: the flag table over a preset file (lib/runs/config.py, configs/*.toml). Each group's flags are the fields
+# of the settings dataclasses it lists, each owned by the module that uses it: a knob is one field plus its use.
+TABLE = [
+    ("model", [config.Model]),
+    ("data", [config.Data]),
+    ("SFT warm start", [Part(SFT, only=sft.FLAGS)]),                                     # lib/training/sft.py
+    ("RL", [Part(Credit, only=("algo",)), config.RL, Part(Episode, only=("temperature", "max_tokens", "gen_batch"))]),
+    ("loss (docs/method.md §4)", [Clip]),                                                # loss.py
+    ("rewards and advantages (docs/method.md §2-3)",
+     [Part(rewards.HierR, only=("hierr_weights", "lam_tool", "lam_sum", "succ_judge", "extra_call_cost",
+                                "extra_block_cost")), Credit]),                          # rewards.py, advantage.py
+    ("the episode and its scoring (shared with eval.py toucan; docs/method.md §2, §5, §6)", EPISODE),  # eval.py
+    ("simulator and judge in training", [config.Guards]),
+    ("run", [config.Run]),
+    ("diagnostics", [config.Diagnostics]),
+]
+
+
 def parser():
-    """The flag table (lib/runs/config.py) with the method modules' defaults and eval.py's episode flags."""
-    return config.parser(METHOD, add_episode_flags)
+    """The flag table (lib/runs/config.py): TABLE's groups, each flag a settings field."""
+    return config.parser(TABLE)
 
 
 def get_args(argv=None):
@@ -86,8 +97,7 @@ def get_args(argv=None):
 
 def sft_config(a):
     """The warm start's settings (lib/training/sft.py) from the flags."""
-    return SFTConfig(a.sft_epochs, a.sft_lr, a.sft_batch, a.sft_max_len, a.sft_warmup, a.sft_weight_decay,
-                     a.micro_batch, a.grad_clip, a.max_bad_updates, a.seed, a.device, a.sft_tokens)
+    return settings(SFT, a)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ import torch
 from bench import bfcl, hermes, tau2
 from bench.models import Batched, client_generate, local_generate
 from lib.training.model import load_policy
-from lib.frozen import llm
+from lib.runs.config import client_part, flags
 from lib.runs.evalcli import FMT, bench_parser, flag, llm_client, resume, text_table, who, write_summary
 
 INSTALL = "pip install -r requirements-bench.txt && pip install --no-deps -r requirements-bench-nodeps.txt"
@@ -93,7 +93,7 @@ def get_args(argv=None):
     u.add_argument("--temperature", type=float, default=0.6, help="agent sampling temperature (the release's)")
     u.add_argument("--user-temperature", type=float, default=0.7, help="user simulator temperature (the release's)")
     u.add_argument("--user-max-tokens", type=int, default=1024, help="per user reply (the release's)")
-    llm.add_client_flags(u, "user")
+    flags(u, client_part("user"))
 
     for s in (b, u):
         s.add_argument("--model", default=None, help="the policy in-process: hub name or local folder")
@@ -106,7 +106,7 @@ def get_args(argv=None):
         s.add_argument("--loop-cut", action=argparse.BooleanOptionalAction, default=True,
                        help="end an in-process reply stuck in a loop (bench/models.py LoopStop); --no-loop-cut "
                             "runs it on to the budget, as the release's vLLM")
-        llm.add_client_flags(s, "agent")
+        flags(s, client_part("agent"))
     a = p.parse_args(argv)
     try:
         a.system_template = Path(a.system_prompt).read_text(encoding="utf-8") if a.system_prompt \

@@ -50,7 +50,7 @@ from segment import CLOSE, OPEN, drop_blocks, find_blocks, parse_block, segment_
 from simulator import Simulator
 from lib.inputs.data import task_of
 from lib.frozen import llm
-from lib.runs.config import outside
+from lib.runs.config import field_range, outside
 
 NAME, LOOP, PARSER = "slca", "slca_tool_agent", "slca_hermes"  # algorithm.adv_estimator, agent loop, multi_turn.format
 
@@ -149,7 +149,7 @@ def judge(url=None, model=None):
     """The summary judge: the LLM judge on url/model (else env SLCA_JUDGE_URL/_MODEL, lib/frozen/llm.py), else the
     offline FactsJudge; one per process."""
     if (url, model) not in _JUDGES:
-        _JUDGES[url, model] = rewards.summary_judge(llm.client("judge", url, model))
+        _JUDGES[url, model] = rewards.summary_judge(llm.client("judge", llm.Client(url=url, model=model)))
     return _JUDGES[url, model]
 
 
@@ -172,7 +172,7 @@ def charges(env=os.environ):
             out[flag] = float(text)
         except ValueError:
             out[flag] = math.nan
-        if why := outside(flag, out[flag]):
+        if why := outside(field_range(rewards.HierR, flag), out[flag]):
             raise ValueError(f"slca: {key} {why} (README Eq. 16, train.py --{flag.replace('_', '-')}), not {text!r}")
     return out
 

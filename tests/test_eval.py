@@ -23,6 +23,7 @@ from lib.inputs.data import Task
 from helpers import tiny_model, tokenizer
 import rewards
 from rewards import FactsJudge
+import rollout
 from rollout import Episode
 
 INSTALL = ("benchmark extra not installed: pip install -r requirements-bench.txt && "
@@ -146,10 +147,10 @@ def test_evaluate_caps_tool_rounds_as_train_does():
                 parallel_type="single_step_single_tool", facts=["42"])
     always_call = Scripted(lambda r, t: CALL % 1)
     scores, rs = E.evaluate(always_call, tokenizer(), [task], EchoSim(), FactsJudge(), episode=Episode(max_tokens=4000))
-    assert E.MAX_TOOL_ROUNDS == 6 and rs[0].stop == "tool_rounds" and scores[0]["tool_turns"] == 7
+    assert rollout.MAX_TOOL_ROUNDS == 6 and rs[0].stop == "tool_rounds" and scores[0]["tool_turns"] == 7
     scores, rs = E.evaluate(always_call, tokenizer(), [task], EchoSim(), FactsJudge(),
                             episode=Episode(max_tokens=4000, max_tool_rounds=0))
-    assert rs[0].stop == "turns" and scores[0]["tool_turns"] == E.MAX_TURNS
+    assert rs[0].stop == "turns" and scores[0]["tool_turns"] == rollout.MAX_TURNS
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from lib.frozen import judges, llm
 from lib.frozen.judges import LLMJudge, parse_rating, parse_verdict
-from lib.frozen.llm import HFClient, HTTPClient, add_client_flags
+from lib.frozen.llm import HFClient, HTTPClient
+from lib.runs.config import client_part, flags
 from helpers import Server, chat, linear
 from lib.inputs.text import loads
 from simulator import Simulator
@@ -228,8 +229,8 @@ def test_flags_and_env_fallbacks(monkeypatch):
                 "SLCA_JUDGE_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     parser = argparse.ArgumentParser()
-    add_client_flags(parser, "sim")
-    add_client_flags(parser, "judge")
+    flags(parser, client_part("sim"))
+    flags(parser, client_part("judge"))
     args = parser.parse_args(["--sim-url", "http://h:8000/v1", "--sim-model", "qwen", "--sim-key", "k"])
     sim = llm_client(args, "sim")
     assert isinstance(sim, HTTPClient) and sim.base_url == "http://h:8000/v1"
@@ -249,9 +250,9 @@ def test_flags_and_env_fallbacks(monkeypatch):
     assert (sim.timeout, sim.deadline, sim.retries) == (30.0, 90.0, 5)
     assert llm_client(args, "judge").retries == 0
     # the library function takes explicit values (no argparse namespace); env fills what is not given
-    c = llm.client("judge", url="http://x:1")
+    c = llm.client("judge", llm.Client(url="http://x:1"))
     assert (c.base_url, c.api_key, c.retries, c.timeout) == ("http://x:1/v1", "slca-key", 3, 540.0)
-    assert llm.client("user", url="http://x:1").retries == 2 and llm.client("sim") is None
+    assert llm.client("user", llm.Client(url="http://x:1")).retries == 2 and llm.client("sim") is None
 
 
 # ---- a tiny local model ---------------------------------------------------------------------
@@ -322,7 +323,7 @@ def test_hf_client_loads_a_local_path(tiny, tmp_path, monkeypatch):
     tok.save_pretrained(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("SLCA_SIM_URL", raising=False)
-    c = llm.client("sim", model=str(tmp_path))
+    c = llm.client("sim", llm.Client(model=str(tmp_path)))
     assert isinstance(c, HFClient)
     assert c.complete([USER], 0, 6) == HFClient((model, tok), device="cpu").complete([USER], 0, 6)
 

@@ -17,6 +17,7 @@ from lib.frozen import judges
 from lib.runs import config
 import advantage
 import eval as E
+import rollout
 import train
 from lib.runs.files import json_safe
 from helpers import CALL, tiny_model, tokenizer, verl_row, write_jsonl, write_world
@@ -189,8 +190,8 @@ TOUCAN = ["toucan", "--model", "some/model", "--out", "out.jsonl"]
     (train.get_args, ["--max-tokens", "0"], "--max-tokens must be >= 1 and <= 1e7, not 0"),
     (train.get_args, ["--judge-noise", "2"], "--judge-noise must be >= 0 and <= 1, not 2.0"),
     (train.get_args, ["--clip-c", "1"], "--clip-c must be > 1 and <= 100, not 1.0"),
-    (train.get_args, ["--sim-timeout", "nan"], "--sim-timeout must be > 0 and <= 1e6, not nan"),
-    (train.get_args, ["--judge-deadline", "inf"], "--judge-deadline must be > 0 and <= 1e6, not inf"),
+    (train.get_args, ["--sim-timeout", "nan"], "argument --sim-timeout: not a finite number: 'nan'"),
+    (train.get_args, ["--judge-deadline", "inf"], "argument --judge-deadline: not a finite number: 'inf'"),
     (train.get_args, ["--seed", str(2 ** 64)], f"--seed must be >= 0 and <= 4294967295, not {2 ** 64}"),
     (train.get_args, ["--tiny-size", "64", "0", "4"], "--tiny-size must be >= 1 and <= 4096, not 0"),
     (train.get_args, ["--hierr-weights", "0.1", "0.2", "0.2", "0.2", "1e300"],
@@ -222,15 +223,12 @@ def test_every_numeric_flag_has_a_range_that_its_help_shows_and_both_ends_hold(m
     seen = []
     monkeypatch.setattr(E, "bounds_help", lambda p: seen.append(p) or config.bounds_help(p))
     E.get_args(["plot", "runs/x"])                                                # eval.py's toucan and plot parsers
-    numeric = {}
-    for p in (train.parser(), *seen):
-        for act in p._actions:
-            if act.type in (int, float, config.num):
-                numeric[act.dest] = act.help if act.help != argparse.SUPPRESS else act.shown
-    assert sorted(numeric) == sorted(config.RANGE)                               # each has one, no range is stale
-    assert all(h.endswith(f"in {config.RANGE[d]}") for d, h in numeric.items())
-    p = argparse.ArgumentParser()
-    for dest, bound in config.RANGE.items():
+    numeric = [(p, act) for p in (train.parser(), *seen) for act in p._actions if act.type in (int, float, config.num)]
+    assert len(numeric) > 60
+    for p, act in numeric:                                                      # each has a range, its help shows it
+        assert act.range and (act.help if act.help != argparse.SUPPRESS else act.shown).endswith(f"in {act.range}")
+    for p, act in numeric:
+        dest, bound = act.dest, act.range
         lo, hi = (float(v) for v in bound[1:-1].split(","))
         inside = [lo if bound[0] == "[" else math.nextafter(lo, math.inf),
                   hi if bound[-1] == "]" else math.nextafter(hi, -math.inf)]
@@ -864,7 +862,7 @@ def test_eval_toucan_on_a_runs_models_reproduces_its_before_and_after_rl_rows(wo
         (1, 3, 40, 400, 3, evals)                                            # the run's, not the flags' defaults
     assert E.get_args(["toucan", "--model", str(out / "final"), "--out", "x", "--max-turns", "5"]).max_turns == 5
     assert E.get_args(["toucan", "--model", str(out / "final"), "--out", "x", "--run-config", "none"]).max_turns == \
-        E.MAX_TURNS
+        rollout.MAX_TURNS
     for folder, label in (("final", "after RL"), ("sft", "before RL")):
         got = E.main(["toucan", "--model", str(out / folder), "--out", str(tmp / f"toucan-{folder}.jsonl")])
         got.pop("fingerprint")

@@ -32,7 +32,7 @@ apart: the simulator marks such a call `failed`, the judge raises ConnectionErro
   depth), so a hostile body gives None, never an exception. Never raises.
 - `window`: a shared deadline for every request of the HTTP clients among those given (train.py
   --step-deadline, one RL step).
-- `add_client_flags` / `client`: for a role ("sim", "judge", "agent", "user"), the flags
+- `Client` / `client`: for a role ("sim", "judge", "agent", "user"), the settings (flags
   --{role}-url/-model/-key (env fallbacks SLCA_{ROLE}_URL, _MODEL, _KEY, the key then
   OPENAI_API_KEY) and --{role}-timeout/-deadline/-retries (sim and judge: also -max-tokens,
   the in-process cap), and the client they name, from explicit values (`client(role,
@@ -58,6 +58,7 @@ import string
 import threading
 import time
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field, fields
 from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPConnection, HTTPException, HTTPSConnection
 from urllib.parse import urlsplit
@@ -262,40 +263,42 @@ def window(seconds, *clients):
         yield
 
 
-def add_client_flags(parser, role):
-    """Add --{role}-url/-model/-key/-timeout/-deadline/-retries, and -max-tokens for sim and judge
-    (role: "sim", "judge", "agent", "user")."""
-    env = f"SLCA_{role.upper()}"
-    parser.add_argument(f"--{role}-url", help=f"OpenAI-compatible server, e.g. http://host:8000/v1 (env {env}_URL)")
-    parser.add_argument(f"--{role}-model", help=f"served model name with a URL, else a hub name, local folder or "
-                                                f".gguf file to load in-process (env {env}_MODEL)")
-    parser.add_argument(f"--{role}-key", help=f"API key (env {env}_KEY, then OPENAI_API_KEY)")
-    parser.add_argument(f"--{role}-timeout", type=float, default=TIMEOUT,
-                        help="seconds for one try of a request, end to end (the release's 540)")
-    parser.add_argument(f"--{role}-deadline", type=float, default=DEADLINE,
-                        help="seconds for one batch of requests (a turn's simulator calls, one judge "
-                             "request), model lookup, every try and pause included")
-    parser.add_argument(f"--{role}-retries", type=int, default=RETRIES.get(role, 2),
-                        help="tries after the first (the release: sim 2, judge 3)")
-    if role in ("sim", "judge"):  # the agent and user roles have their own budget flags in eval.py
-        parser.add_argument(f"--{role}-max-tokens", type=int, default=None,
-                            help="cap on one answer's new tokens for an in-process model (default: the role's "
-                                 "budget, the release's sim 4,096 / judge 8,192; a small CPU model needs less)")
+@dataclass(frozen=True)
+class Client:
+    """A frozen LLM's client settings, the flags --{role}-url, --{role}-model, ... of a role ("sim", "judge", "agent",
+    "user"; lib/runs/config.py client_flags, where {ENV} in a help is the role's environment variable)."""
+    url: str | None = field(default=None, metadata={"help": "OpenAI-compatible server, e.g. http://host:8000/v1 (env {ENV})"})
+    model: str | None = field(default=None, metadata={
+        "help": "served model name with a URL, else a hub name, local folder or .gguf file to load in-process (env {ENV})"})
+    key: str | None = field(default=None, metadata={"help": "API key (env {ENV}, then OPENAI_API_KEY)", "hidden": True})
+    timeout: float = field(default=TIMEOUT, metadata={
+        "help": "seconds for one try of a request, end to end (the release's 540)", "range": "(0, 1e6]", "hidden": True})
+    deadline: float = field(default=DEADLINE, metadata={
+        "range": "(0, 1e6]", "hidden": True,  # 11 days
+        "help": "seconds for one batch of requests (a turn's simulator calls, one judge request), model lookup, every "
+                "try and pause included"})
+    retries: int | None = field(default=None, metadata={  # None: RETRIES[role]; past ~1,000 the backoff overflows a float
+        "help": "tries after the first (the release: sim 2, judge 3)", "range": "[0, 100]", "hidden": True})
+    max_tokens: int | None = field(default=None, metadata={
+        "range": "[1, 1e7]", "hidden": True,
+        "help": "cap on one answer's new tokens for an in-process model (default: the role's budget, the release's sim "
+                "4,096 / judge 8,192; a small CPU model needs less)"})
 
 
-CLIENT_FIELDS = ("url", "model", "key", "timeout", "deadline", "retries", "max_tokens")  # add_client_flags' fields
+CLIENT_FIELDS = tuple(f.name for f in fields(Client))
 
 
-def client(role, url=None, model=None, key=None, timeout=TIMEOUT, deadline=DEADLINE, retries=None, max_tokens=None):
-    """The frozen LLM of `role`: HTTPClient if a URL is set, else HFClient if a model is set (a hub
-    name, folder or .gguf file, loaded once for all roles that name it), else None (offline).
+def client(role, settings=Client()):
+    """The frozen LLM of `role` under `settings` (a Client): HTTPClient if a URL is set, else HFClient if a model is
+    set (a hub name, folder or .gguf file, loaded once for all roles that name it), else None (offline).
     url, model and key fall back to env SLCA_{ROLE}_URL/_MODEL/_KEY; retries to RETRIES[role]."""
+    url, model, key, retries = settings.url, settings.model, settings.key, settings.retries
     env = lambda field, value: value or os.environ.get(f"SLCA_{role.upper()}_{field.upper()}")  # noqa: E731
     url, model = env("url", url), env("model", model)
     if url:
-        return HTTPClient(url, model=model, api_key=env("key", key), timeout=timeout, deadline=deadline,
+        return HTTPClient(url, model=model, api_key=env("key", key), timeout=settings.timeout, deadline=settings.deadline,
                           retries=RETRIES.get(role, 2) if retries is None else retries)
-    return HFClient(model, max_tokens=max_tokens) if model else None
+    return HFClient(model, max_tokens=settings.max_tokens) if model else None
 
 
 def read_template(flag, path, fields, default):

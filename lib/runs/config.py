@@ -1,14 +1,18 @@
 """The run's settings: train.py's flag table and its checks, a preset file (configs/*.toml) under
 the command line's flags, and their compact view printed at start (the whole goes to <out>/config.json).
 
-BOUNDS is every numeric flag's range, train.py's and eval.py's: `check_bounds` refuses a value outside it (nan
-and inf included) in one line naming the flag, before anything loads, and `bounds_help` shows it in --help.
+The flag table follows from settings dataclasses, each owned by the module that uses it (train.TABLE lists
+them by group: rewards.HierR, advantage.Credit, loss.Clip, rollout.Episode, ...; the RL loop's, the model's,
+the run folder's are here): one flag per field, named as the field, its help, choices, range and default the
+field's (`flags`). A knob is one field plus its use. `settings(cls, a)` makes a module's object from the
+parsed flags. Each numeric field has a range: `check_bounds` refuses a value outside it (nan and inf included)
+in one line naming the flag, before anything loads, and `bounds_help` shows it in --help.
 
 A preset is a plain TOML file of flag values, read as if its flags came first on the command line,
 so a flag given always wins: configs/demo.toml without --model, configs/paper.toml with one, or
 --preset NAME (a file in configs/) or PATH. Two rules follow the flags given: --epochs without
 --steps drops the preset's steps (they follow the epochs); below float32 --old-logprobs is recompute.
---help shows the flags a run usually sets; --help-all shows every flag, HIDDEN's too, in the same groups.
+--help shows the flags a run usually sets; --help-all shows every flag, the hidden fields' too, in the same groups.
 """
 import argparse
 import dataclasses
@@ -20,50 +24,233 @@ import os
 import sys
 import textwrap
 import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
 
-from lib.inputs.data import TURNS, DataError, release_files
-from lib.inputs.text import MAX_SAFE_DEPTH
+from lib.inputs.data import DataError, release_files
 from lib.training import lora, tiny
 from lib.training.precision import auto_dtype
+from lib.frozen import llm
 from lib.runs.loop import BLIND_STEPS, UNSCORED
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
 WHY = {"demo": "no --model; --preset paper for the paper's recipe",           # the default's reason, by --model
        "paper": "a named --model; --preset demo for the demo's settings"}
 REPORT_TO = ("none", "tensorboard", "wandb")  # --report-to (lib/runs/files.py Report)
-HIDDEN = {  # on --help-all, not on --help: set by a preset, restoring the release (docs/deviations.md) or operational
-    "model": "grad_ckpt tiny_size lora_alpha lora_dropout lora_targets merge_lora",
-    "data": "skip_bad_rows",
-    "SFT warm start": "sft_warmup sft_batch sft_max_len sft_tokens sft_turns sft_limit sft_weight_decay",
-    "RL": "micro_batch ppo_epochs weight_decay grad_clip temperature gen_batch old_logprobs",
-    "loss": "clip_eps clip_c",
-    "rewards and advantages": "group_stats toolpo_norm_by_std",
-    "the episode and its scoring": "max_prompt_tokens summary_gate reward_input schema_check malformed sim_parse "
-                                   "json_depth sim_prompt judge_prompt sim_key sim_timeout sim_deadline sim_retries "
-                                   "sim_max_tokens judge_key judge_timeout judge_deadline judge_retries judge_max_tokens",
-    "simulator and judge in training": "keep_failed solved_prompt max_fail_rate step_deadline max_unscored",
-    "run": "keep max_bad_updates",
-    "diagnostics": "show",
-}
-BOUNDS = {  # range: the flags (dests) it bounds; all a careful user may ask for, nothing that overflows
-    "(0, 1]": "lr sft_lr clip_eps",                  # Adam moves a weight by about lr a step
-    "[0, 1]": "sft_warmup weight_decay sft_weight_decay judge_noise max_fail_rate max_unscored",  # shares, decays
-    "[0, 1)": "lora_dropout",
-    "(1, 100]": "clip_c",                            # the dual clip needs c > 1 (verl asserts it too)
-    "[0, 100]": "lam_tool lam_sum hierr_weights turn_credit extra_call_cost extra_block_cost kl_beta temperature "
-                "sim_retries judge_retries",          # retries: past ~1,000 the backoff overflows a float
-    "(0, 1e6]": "lora_alpha grad_clip sim_timeout sim_deadline judge_timeout judge_deadline",  # timeouts: 11 days
-    "[0, 1e6]": "step_deadline",                     # 0 = no shared bound
-    "[1, 4096]": "tiny_size",
-    "[0, 4096]": "lora_r",
-    "[1, 1e7]": "group_size prompts_per_step mini_batch micro_batch gen_batch batch_size sft_batch ppo_epochs epochs "
-                "keep max_bad_updates max_turns smooth max_tokens max_prompt_tokens sft_max_len sft_tokens "
-                "sim_max_tokens judge_max_tokens",
-    "[0, 1e7]": "steps save_every eval_every eval_limit limit sft_limit sft_epochs show max_tool_rounds",
-    "[0, 4294967295]": "seed",                       # what every seeded generator takes
-    f"[1, {MAX_SAFE_DEPTH}]": "json_depth",          # lib/inputs/text.py's
-}
-RANGE = {dest: bound for bound, dests in BOUNDS.items() for dest in dests.split()}
+
+
+# ---------------------------------------------------------------------------------------------
+# train.py's own settings, group by group; the method modules own theirs (rewards.HierR, advantage.Credit, loss.Clip,
+# rollout.Episode, lib/training/sft.SFT, eval.Frozen, lib/frozen/llm.Client)
+@dataclass(frozen=True)
+class Model:
+    """The policy and how it is held."""
+    model: str | None = field(default=None, metadata={
+        "help": "hub name, local folder or .gguf file (dequantized once into ~/.cache/slca-grpo); none = build the "
+                "tiny demo model"})
+    preset: str | None = field(default=None, metadata={
+        "metavar": "NAME|FILE",
+        "help": "the settings under the flags: configs/NAME.toml or a .toml file; default: demo without --model, "
+                "paper with one (lib/runs/config.py)"})
+    dtype: str = field(default="bfloat16", metadata={
+        "choices": ("float32", "bfloat16", "float16", "auto"),
+        "help": "compute dtype over float32 weights; auto = bfloat16 where the device computes it natively (a GPU, a "
+                "CPU with AVX512-BF16 or AMX), else float32 (lib/training/precision.py auto_dtype)"})
+    grad_ckpt: bool = field(default=True, metadata={
+        "hidden": True,
+        "help": "gradient checkpointing"})  # configs/paper.toml's
+    device: str | None = field(default=None, metadata={
+        "help": "default: cuda (this rank's GPU) if available, else cpu"})
+    tiny_size: tuple = field(default=tiny.SIZE, metadata={
+        "nargs": 3, "type": int, "metavar": ("HIDDEN", "LAYERS", "HEADS"), "range": "[1, 4096]", "hidden": True,
+        "help": "shape of the demo model built when no --model is given"})
+    lora_r: int = field(default=0, metadata={
+        "range": "[0, 4096]",
+        "help": "LoRA rank (lib/training/lora.py): SFT and RL train adapters on a frozen base; 0 = full fine-tuning"})
+    lora_alpha: float | None = field(default=None, metadata={
+        "range": "(0, 1e6]", "hidden": True,
+        "help": "LoRA scale alpha / r; default 2 r (LLaMA-Factory's)"})
+    lora_dropout: float = field(default=lora.DROPOUT, metadata={
+        "range": "[0, 1)", "hidden": True,
+        "help": "dropout on the adapters' input (nonzero: the PPO update samples dropout the old log-probs did not, "
+                "so its ratio starts off 1)"})
+    lora_targets: tuple = field(default=lora.TARGETS, metadata={
+        "nargs": "+", "type": str, "hidden": True,
+        "help": "module names given adapters"})
+    merge_lora: bool = field(default=False, metadata={
+        "hidden": True,
+        "help": "also write final/merged: the adapter merged into its base, a whole Hugging Face folder"})
+
+
+@dataclass(frozen=True)
+class Data:
+    """The rows: RL prompts, eval prompts, SFT conversations."""
+    data: str | None = field(default=None, metadata={
+        "help": "RL prompts (.jsonl or .parquet); with --model and no data flags: the release's splits from the "
+                "Hugging Face hub"})
+    eval_data: str | None = field(default=None, metadata={"help": "eval prompts; '' = no eval"})
+    sft_data: str | None = field(default=None, metadata={"help": "SFT conversations; '' = no warm start"})
+    skip_bad_rows: bool = field(default=False, metadata={
+        "hidden": True,
+        "help": "skip malformed rows instead of failing"})
+
+
+@dataclass(frozen=True)
+class RL:
+    """The RL loop: steps, batches, the optimizer (the defaults: configs/paper.toml's)."""
+    epochs: int = field(default=1, metadata={
+        "range": "[1, 1e7]",
+        "help": "RL epochs over --data, each in its own seeded order (the release's launchers run 5)"})
+    steps: int | None = field(default=None, metadata={
+        "range": "[0, 1e7]",
+        "help": "RL steps; none = --epochs x prompts // --prompts-per-step (the demo preset's 60 holds unless "
+                "--epochs is given; steps past the epochs repeat their order)"})
+    group_size: int = field(default=16, metadata={"help": "G rollouts per prompt", "range": "[1, 1e7]"})
+    prompts_per_step: int = field(default=128, metadata={"help": "", "range": "[1, 1e7]"})
+    mini_batch: int = field(default=32, metadata={
+        "range": "[1, 1e7]",
+        "help": "prompts per PPO mini-batch (one optimizer step)"})
+    micro_batch: int = field(default=8, metadata={
+        "range": "[1, 1e7]", "hidden": True,
+        "help": "rollouts per forward/backward"})
+    ppo_epochs: int = field(default=1, metadata={
+        "range": "[1, 1e7]", "hidden": True,
+        "help": "passes of PPO updates over each step's rollouts"})
+    lr: float = field(default=1e-6, metadata={"help": "", "range": "(0, 1]"})
+    weight_decay: float = field(default=0.01, metadata={
+        "range": "[0, 1]", "hidden": True,
+        "help": "AdamW weight decay of the RL updates"})
+    grad_clip: float = field(default=1.0, metadata={
+        "range": "(0, 1e6]", "hidden": True,
+        "help": "gradient-norm clip of the RL updates"})
+    old_logprobs: str = field(default="recompute", metadata={
+        "choices": ("sample", "recompute"), "hidden": True,
+        "help": "log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass (the "
+                "release's; exact when sampling ran in lower precision than training); recompute whenever --dtype is "
+                "not float32"})
+
+
+@dataclass(frozen=True)
+class Guards:
+    """The simulator and the judge in training: what a failed answer does, and when a run stops."""
+    keep_failed: bool = field(default=False, metadata={
+        "hidden": True,
+        "help": "train on rollouts that lost a tool or judge answer to an endpoint failure, as the release does (the "
+                "failure's error text stays in the trajectory, a failed rating scores 0); --max-fail-rate still "
+                "applies"})
+    solved_prompt: str | None = field(default=None, metadata={
+        "metavar": "FILE", "hidden": True,
+        "help": "ToolPO's Solved/Unsolved template, the same placeholders; default: judges.SOLVED_PROMPT"})
+    max_fail_rate: float = field(default=0.5, metadata={
+        "range": "[0, 1]", "hidden": True,
+        "help": "stop when more than this share of a step's rollouts lost a tool or judge answer to an endpoint "
+                "failure (such rollouts are dropped from the loss)"})
+    step_deadline: float = field(default=0, metadata={
+        "range": "[0, 1e6]", "hidden": True,
+        "help": "seconds within which every simulator and judge request of one RL step returns, sampling included; 0 "
+                "= no shared bound (each request keeps its own --sim-deadline/--judge-deadline)"})
+    max_unscored: float = field(default=UNSCORED, metadata={
+        "range": "[0, 1]", "hidden": True,
+        "help": "the share of RL rows (checked before training) or of a step's answered calls "
+                f"and judged summaries (checked every step; {BLIND_STEPS} such steps in a row "
+                "stop the run) that the simulator could not answer (replay: no record of the "
+                "row's gold calls; a row that records none) or the judge could not rate; "
+                "1 = never stop"})
+    judge_noise: float = field(default=0.0, metadata={
+        "metavar": "P", "range": "[0, 1]",
+        "help": "the noise control: with probability P an RL summary rating is replaced by a uniform level 1..5 "
+                "(rewards.NoisyJudge); evals keep the clean judge"})
+
+
+@dataclass(frozen=True)
+class Run:
+    """The run folder, its checkpoints and evals."""
+    out: str | None = field(default=None, metadata={"help": "run folder; default runs/<algo>-s<seed>"})
+    resume: bool = field(default=False, metadata={"help": "continue the run in --out from its latest checkpoint"})
+    overwrite: bool = field(default=False, metadata={"help": "replace the files of an earlier run in --out"})
+    save_every: int = field(default=0, metadata={
+        "range": "[0, 1e7]",
+        "help": "checkpoint every N RL steps; 0 = only when stopped by SIGTERM/SIGINT (final/ is always written)"})
+    keep: int = field(default=2, metadata={"help": "checkpoints kept", "range": "[1, 1e7]", "hidden": True})
+    max_bad_updates: int = field(default=3, metadata={
+        "range": "[1, 1e7]", "hidden": True,
+        "help": "non-finite updates in a row before stopping"})
+    seed: int = field(default=0, metadata={
+        "range": "[0, 4294967295]",
+        "help": "seeds torch and random at start, the RL data order and --judge-noise"})  # what every seeded generator takes
+    eval_every: int = field(default=50, metadata={
+        "range": "[0, 1e7]",
+        "help": "RL steps between evals; 0 = before and after only"})
+    eval_limit: int | None = field(default=500, metadata={
+        "range": "[0, 1e7]",
+        "help": "first N eval prompts"})  # eval_*: configs/paper.toml's
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """What a run shows and logs beyond its metrics."""
+    show: int = field(default=2, metadata={
+        "range": "[0, 1e7]", "hidden": True,
+        "help": "decoded rollouts printed per step"})
+    report_to: str = field(default=REPORT_TO[0], metadata={
+        "choices": REPORT_TO,
+        "help": "also send metrics.jsonl's and eval.jsonl's rows to TensorBoard (<out>/tensorboard) or W&B (offline, "
+                "<out>/wandb; needs wandb installed): sft/<key> at the SFT step, rl/<key> at the RL step, "
+                "eval/<split>/<key> at the RL step of the eval (lib/runs/files.py scalars)"})
+    grad_cosine: bool = field(default=False, metadata={
+        "help": "log the cosine between tool- and summary-segment gradients (2 extra backward passes)"})
+
+
+# ---------------------------------------------------------------------------------------------
+# the flag table, generated from the settings dataclasses
+@dataclass(frozen=True)
+class Part:
+    """Some fields of a settings dataclass in a group of the flag table: `only` these (all if empty), each flag
+    --{prefix}{name} (a frozen LLM's role, "sim_": --sim-url), `defaults` overriding the fields' own."""
+    cls: type
+    only: tuple = ()
+    prefix: str = ""
+    defaults: dict = field(default_factory=dict)
+
+
+def flags(g, part, preset_keys=()):
+    """Add to argparse group `g` one flag per field of `part` (a Part, or a dataclass for all its fields), dest =
+    prefix + name: float fields finite (`num`), a bool a switch (negatable where the default is True or a preset
+    sets it), a field a shipped preset sets (`preset_keys`) defaulting to None (the preset fills it), the rest to the
+    field's default. Skips a dest the parser has already (λ_tool sets Eqs. 4 and 8: rewards.HierR, advantage.Credit)."""
+    part = part if isinstance(part, Part) else Part(part)
+    seen = {act.dest for act in g._actions}
+    for f in dataclasses.fields(part.cls):
+        dest = part.prefix + f.name
+        if (part.only and f.name not in part.only) or dest in seen:
+            continue
+        meta, kind = f.metadata, plain_type(f.type)
+        default = part.defaults.get(f.name, f.default)
+        kw = {"dest": dest, "help": meta["help"].replace("{ENV}", f"SLCA_{dest.upper()}") or None,
+              "default": None if dest in preset_keys else list(default) if isinstance(default, tuple) else default}
+        if kind is bool:
+            kw["action"] = argparse.BooleanOptionalAction if default is True or dest in preset_keys else "store_true"
+        else:
+            item = meta.get("type", kind)
+            kw.update(type=num if item is float else item if item is int else None, nargs=meta.get("nargs"),
+                      choices=meta.get("choices"), metavar=meta.get("metavar"))
+        act = g.add_argument("--" + dest.replace("_", "-"),
+                             **{k: v for k, v in kw.items() if v is not None or k == "default"})
+        act.range, act.hidden = meta.get("range"), meta.get("hidden", False)
+
+
+def client_part(role):
+    """A frozen LLM's flags (lib.frozen.llm.Client's fields) for `role`: --{role}-url, ... (sim and judge: also
+    --{role}-max-tokens, the in-process cap; the agent and user roles have their own budget flags in bench)."""
+    only = tuple(f for f in llm.CLIENT_FIELDS if f != "max_tokens" or role in ("sim", "judge"))
+    return Part(llm.Client, only=only, prefix=f"{role}_", defaults={"retries": llm.RETRIES.get(role, 2)})
+
+
+def plain_type(t):
+    """The type of a field's annotation, its None dropped (`str | None` is str)."""
+    args = [x for x in typing.get_args(t) if x is not type(None)]
+    return args[0] if isinstance(t, types.UnionType) and len(args) == 1 else t
 
 
 def settings(cls, values):
@@ -81,9 +268,8 @@ def num(text):
     return x
 
 
-def outside(dest, x):
-    """What flag `dest`'s RANGE asks ("must be > 0 and <= 1") when x lies outside it (nan does), else ""."""
-    bound = RANGE[dest]
+def outside(bound, x):
+    """What range `bound` ("(0, 1]") asks ("must be > 0 and <= 1") when x lies outside it (nan does), else ""."""
     low, high = (v.strip() for v in bound[1:-1].split(","))
     shut = bound[0] == "[", bound[-1] == "]"  # closed at each end
     if (float(low) <= x if shut[0] else float(low) < x) and (x <= float(high) if shut[1] else x < float(high)):
@@ -91,182 +277,59 @@ def outside(dest, x):
     return f"must be {'>=' if shut[0] else '>'} {low} and {'<=' if shut[1] else '<'} {high}"
 
 
+def field_range(cls, name):
+    """The range settings dataclass `cls` gives its field `name` (its flag's)."""
+    return next(f.metadata["range"] for f in dataclasses.fields(cls) if f.name == name)
+
+
+def bound(act, rng):
+    """A flag made by hand (`act`, an argparse action) given range `rng`, as a field's flag has it; returns it."""
+    act.range = rng
+    return act
+
+
+def all_actions(p):
+    """Parser `p`'s flags, its subcommands' too."""
+    out = list(p._actions)
+    for act in p._actions:
+        if isinstance(act, argparse._SubParsersAction):
+            out += [x for sub in act.choices.values() for x in all_actions(sub)]
+    return out
+
+
 def check_bounds(p, a):
-    """Each value of a numeric flag in namespace `a` (each of a list's; None is unset) within its RANGE;
+    """Each value of a numeric flag in namespace `a` (each of a list's; None is unset) within its range;
     else parser `p`'s error, one line naming the flag, its range and the value."""
-    for dest in RANGE:
-        value = getattr(a, dest, None)
+    for act in all_actions(p):
+        value = getattr(a, act.dest, None) if getattr(act, "range", None) else None
         for x in value if isinstance(value, list) else [] if value is None else [value]:
-            if why := outside(dest, x):
-                p.error(f"--{dest.replace('_', '-')} {why}, not {x}")
+            if why := outside(act.range, x):
+                p.error(f"{act.option_strings[0]} {why}, not {x}")
 
 
 def bounds_help(p):
-    """Append each bounded flag's RANGE to its help."""
+    """Append each bounded flag's range to its help."""
     for act in p._actions:
-        if act.dest in RANGE:
-            act.help = (act.help + "; " if act.help else "") + f"in {RANGE[act.dest]}"
+        if getattr(act, "range", None):
+            act.help = (act.help + "; " if act.help else "") + f"in {act.range}"
 
 
-def parser(method, episode_flags):
-    """The flag table: the run's whole config, one flat list grouped under headers (model, data, SFT,
-    RL, loss, rewards and advantages, the episode, simulator and judge, run, diagnostics), each default taken from
-    the module that owns it (`method`: the method modules' defaults and choices, train.METHOD;
-    `episode_flags` adds the episode's group, eval.add_episode_flags), or None where a preset file
-    sets it. Long because it is the table, one flag a line."""
+def parser(table):
+    """The flag table: `table` is [(group title, [settings dataclass or Part, ...])] (train.TABLE), one group of
+    flags each, made by `flags` from the fields: each default the field's, or None where a shipped preset sets it."""
     p = argparse.ArgumentParser(description="SLCA-GRPO training", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                                 epilog="These are the flags a run usually sets; --help-all shows every flag.")
     p.add_argument("--help-all", action=HelpAll, help="show every flag (those a preset sets, those restoring the "
                                                       "release's behaviour, the operational ones) and exit")
-    g = p.add_argument_group("model")
-    g.add_argument("--model", default=None, help="hub name, local folder or .gguf file (dequantized once into "
-                                                 "~/.cache/slca-grpo); none = build the tiny demo model")
-    g.add_argument("--preset", default=None, metavar="NAME|FILE",
-                   help="the settings under the flags: configs/NAME.toml or a .toml file; default: demo without "
-                        "--model, paper with one (lib/runs/config.py)")
-    g.add_argument("--dtype", choices=["float32", "bfloat16", "float16", "auto"], default=None,
-                   help="compute dtype over float32 weights; auto = bfloat16 where the device computes it natively "
-                        "(a GPU, a CPU with AVX512-BF16 or AMX), else float32 (lib/training/precision.py auto_dtype)")
-    g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="gradient checkpointing")
-    g.add_argument("--device", default=None, help="default: cuda (this rank's GPU) if available, else cpu")
-    g.add_argument("--tiny-size", type=int, nargs=3, default=list(tiny.SIZE), metavar=("HIDDEN", "LAYERS", "HEADS"),
-                   help="shape of the demo model built when no --model is given")
-    g.add_argument("--lora-r", type=int, default=0, help="LoRA rank (lib/training/lora.py): SFT and RL train adapters on a "
-                                                         "frozen base; 0 = full fine-tuning")
-    g.add_argument("--lora-alpha", type=num, default=None, help="LoRA scale alpha / r; default 2 r (LLaMA-Factory's)")
-    g.add_argument("--lora-dropout", type=num, default=lora.DROPOUT, help="dropout on the adapters' input "
-                   "(nonzero: the PPO update samples dropout the old log-probs did not, so its ratio starts off 1)")
-    g.add_argument("--lora-targets", nargs="+", default=list(lora.TARGETS), help="module names given adapters")
-    g.add_argument("--merge-lora", action="store_true", help="also write final/merged: the adapter merged into "
-                                                             "its base, a whole Hugging Face folder")
-    g = p.add_argument_group("data")
-    g.add_argument("--data", default=None, help="RL prompts (.jsonl or .parquet); with --model and no data flags: "
-                                                "the release's splits from the Hugging Face hub")
-    g.add_argument("--eval-data", default=None, help="eval prompts; '' = no eval")
-    g.add_argument("--sft-data", default=None, help="SFT conversations; '' = no warm start")
-    g.add_argument("--skip-bad-rows", action="store_true", help="skip malformed rows instead of failing")
-    g = p.add_argument_group("SFT warm start")
-    g.add_argument("--sft-epochs", type=int, default=None)
-    g.add_argument("--sft-lr", type=num, default=None, help="peak lr, cosine decay after warmup")
-    g.add_argument("--sft-warmup", type=num, default=0.1, help="share of SFT steps spent warming up")
-    g.add_argument("--sft-batch", type=int, default=None, help="conversations per optimizer step")
-    g.add_argument("--sft-max-len", type=int, default=None, help="token cutoff per conversation")
-    g.add_argument("--sft-tokens", type=int, default=None,
-                   help="padded ids per SFT forward/backward (rows x the longest), conversations packed longest "
-                        "first, a longer one alone; none = --micro-batch conversations a pass; the loss is the same")
-    g.add_argument("--sft-turns", choices=TURNS, default=TURNS[0],
-                   help="an assistant's text and the call after it: merge = one turn (what rollouts see); "
-                        "release = two turns, each with its own end token (LLaMA-Factory's data)")
-    g.add_argument("--sft-limit", type=int, default=None, help="use the first N conversations only")
-    g.add_argument("--sft-weight-decay", type=num, default=None, help="AdamW weight decay of the warm start")
-    g = p.add_argument_group("RL")
-    g.add_argument("--algo", choices=method["algos"], default=method["algos"][0],
-                   help="grpo = the 'w/o SLCA' ablation; toolpo = the release's additive baseline (Eq. 13)")
-    g.add_argument("--epochs", type=int, default=None,
-                   help="RL epochs over --data, each in its own seeded order (the release's launchers run 5)")
-    g.add_argument("--steps", type=int, default=None,
-                   help="RL steps; none = --epochs x prompts // --prompts-per-step (the demo preset's 60 holds "
-                        "unless --epochs is given; steps past the epochs repeat their order)")
-    g.add_argument("--group-size", type=int, default=None, help="G rollouts per prompt")
-    g.add_argument("--prompts-per-step", type=int, default=None)
-    g.add_argument("--mini-batch", type=int, default=None, help="prompts per PPO mini-batch (one optimizer step)")
-    g.add_argument("--micro-batch", type=int, default=None, help="rollouts per forward/backward")
-    g.add_argument("--ppo-epochs", type=int, default=1, help="passes of PPO updates over each step's rollouts")
-    g.add_argument("--lr", type=num, default=None)
-    g.add_argument("--weight-decay", type=num, default=0.01, help="AdamW weight decay of the RL updates")
-    g.add_argument("--grad-clip", type=num, default=1.0, help="gradient-norm clip of the RL updates")
-    g.add_argument("--temperature", type=num, default=method["temperature"], help="rollout sampling temperature")
-    g.add_argument("--max-tokens", type=int, default=None, help="response tokens per trajectory, observations included")
-    g.add_argument("--gen-batch", type=int, default=None,
-                   help="rollouts sampled together through all their turns; a multiple of G prefills each prompt once")
-    g.add_argument("--old-logprobs", choices=["sample", "recompute"], default=None,
-                   help="log π_old of Eq. 9: as returned at sampling time, or recomputed by a separate forward pass "
-                        "(the release's; exact when sampling ran in lower precision than training); recompute "
-                        "whenever --dtype is not float32")
-    g = p.add_argument_group("loss (docs/method.md §4)")
-    g.add_argument("--loss-agg", choices=method["aggs"], default=method["aggs"][1],
-                   help="seq-mean-token-mean = what the released run computed (one rollout per micro-batch): a mean "
-                        "over rollouts of per-rollout token means; token-mean = one mean over the mini-batch's tokens")
-    g.add_argument("--clip-eps", type=num, default=method["clip_eps"], help="ε of Eq. 10's ratio clip")
-    g.add_argument("--clip-c", type=num, default=method["clip_c"], help="dual-clip constant")
-    g.add_argument("--kl-beta", type=num, default=method["kl_beta"], help="0 drops the reference model")
-    g = p.add_argument_group("rewards and advantages (docs/method.md §2-3)")
-    g.add_argument("--lam-tool", type=num, default=method["lam"], help="λ_tool of Eqs. 4 and 8")
-    g.add_argument("--lam-sum", type=num, default=method["lam"], help="λ_sum of Eqs. 4 and 8")
-    g.add_argument("--hierr-weights", type=num, nargs=5, default=list(method["weights"]),
-                   metavar=("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"), help="Eq. 2's; 0 0 0 0 0 = 'w/o HierR'")
-    g.add_argument("--succ-judge", action="store_true",
-                   help="ToolPO's R_succ from the judge's Solved/Unsolved (the paper's main rows) instead of the "
-                        "reference rule over the gold calls")
-    g.add_argument("--turn-credit", type=num, default=method["turn_credit"], metavar="OMEGA",
-                   help="ω of README Eq. 14 (--algo slca only, a project extension): tool turn k's tokens also get "
-                        "ω x the group-normalised reward of turn k against gold step k; 0 = SLCA exactly")
-    g.add_argument("--decision-credit", choices=method["decision"], default=method["decision"][0],
-                   help="who pays the tokens that decide to stop calling (the summary turn's first, README Eq. 15; "
-                        "--algo slca only, a project extension): summary = Â_sum, SLCA exactly; tool = Â_tool")
-    g.add_argument("--extra-call-cost", type=num, default=method["extra_cost"], metavar="C",
-                   help="c of README Eq. 16 (a project extension): each valid call beyond the gold's count costs c "
-                        "of S_process in the training reward (score and R_tool; --algo slca or grpo); 0 = HierR exactly")
-    g.add_argument("--extra-block-cost", type=num, default=method["block_cost"], metavar="B",
-                   help="b of README Eq. 16 (a project extension): each valid <tool_call> block beyond the gold's steps "
-                        "(a parallel step split over turns, a turn no step needs) costs b of S_process in the training "
-                        "reward, as --extra-call-cost; 0 = HierR exactly")
-    g.add_argument("--norm-by-std", action=argparse.BooleanOptionalAction, default=True,
-                   help="--no-norm-by-std subtracts the group mean only (Dr. GRPO)")
-    g.add_argument("--group-stats", choices=method["stats"], default=method["stats"][0],
-                   help="exact = float64, equal rewards give exactly 0, a GRPO group of one gets 0; release = "
-                        "the release's float32 torch statistics (sixteen equal 0.9s get a nonzero advantage) and "
-                        "verl's mean 0, std 1 for a GRPO group of one")
-    g.add_argument("--toolpo-norm-by-std", action="store_true",
-                   help="ToolPO divides by the group std too (what the release's ToolPO launchers ran, verl's "
-                        "default; the paper says no std, docs/method.md §3.3)")
-    g = p.add_argument_group("the episode and its scoring (shared with eval.py toucan; docs/method.md §2, §5, §6)")
-    episode_flags(g)
-    g = p.add_argument_group("simulator and judge in training")
-    g.add_argument("--keep-failed", action="store_true",
-                   help="train on rollouts that lost a tool or judge answer to an endpoint failure, as the release "
-                        "does (the failure's error text stays in the trajectory, a failed rating scores 0); "
-                        "--max-fail-rate still applies")
-    g.add_argument("--solved-prompt", metavar="FILE", default=None,
-                   help="ToolPO's Solved/Unsolved template, the same placeholders; default: judges.SOLVED_PROMPT")
-    g.add_argument("--max-fail-rate", type=num, default=0.5,
-                   help="stop when more than this share of a step's rollouts lost a tool or judge answer to an "
-                        "endpoint failure (such rollouts are dropped from the loss)")
-    g.add_argument("--step-deadline", type=num, default=0,
-                   help="seconds within which every simulator and judge request of one RL step returns, sampling "
-                        "included; 0 = no shared bound (each request keeps its own --sim-deadline/--judge-deadline)")
-    g.add_argument("--max-unscored", type=num, default=UNSCORED,
-                   help="the share of RL rows (checked before training) or of a step's answered calls and judged "
-                        f"summaries (checked every step; {BLIND_STEPS} such steps in a row stop the run) that the "
-                        "simulator could not answer (replay: no record of the row's gold calls; a row that records none) "
-                        "or the judge could not rate; 1 = never stop")
-    g.add_argument("--judge-noise", type=num, default=0.0, metavar="P",
-                   help="the noise control: with probability P an RL summary rating is replaced by a uniform "
-                        "level 1..5 (rewards.NoisyJudge); evals keep the clean judge")
-    g = p.add_argument_group("run")
-    g.add_argument("--out", default=None, help="run folder; default runs/<algo>-s<seed>")
-    g.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
-    g.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run in --out")
-    g.add_argument("--save-every", type=int, default=0,
-                   help="checkpoint every N RL steps; 0 = only when stopped by SIGTERM/SIGINT (final/ is always written)")
-    g.add_argument("--keep", type=int, default=2, help="checkpoints kept")
-    g.add_argument("--max-bad-updates", type=int, default=3, help="non-finite updates in a row before stopping")
-    g.add_argument("--seed", type=int, default=0, help="seeds torch and random at start, the RL data order and --judge-noise")
-    g.add_argument("--eval-every", type=int, default=None, help="RL steps between evals; 0 = before and after only")
-    g.add_argument("--eval-limit", type=int, default=None, help="first N eval prompts")
-    g = p.add_argument_group("diagnostics")
-    g.add_argument("--show", type=int, default=2, help="decoded rollouts printed per step")
-    g.add_argument("--report-to", choices=REPORT_TO, default=REPORT_TO[0],
-                   help="also send metrics.jsonl's and eval.jsonl's rows to TensorBoard (<out>/tensorboard) or W&B "
-                        "(offline, <out>/wandb; needs wandb installed): sft/<key> at the SFT step, rl/<key> at the "
-                        "RL step, eval/<split>/<key> at the RL step of the eval (lib/runs/files.py scalars)")
-    g.add_argument("--grad-cosine", action="store_true",
-                   help="log the cosine between tool- and summary-segment gradients (2 extra backward passes)")
+    keys = read_preset("demo").keys() | read_preset("paper").keys()
+    for title, parts in table:
+        g = p.add_argument_group(title)
+        for part in parts:
+            flags(g, part, keys)
     preset_help(p)
     bounds_help(p)
-    hidden = {dest for dests in HIDDEN.values() for dest in dests.split()}
     for act in p._actions:
-        if act.dest in hidden:
+        if getattr(act, "hidden", False):
             act.shown, act.help = act.help, argparse.SUPPRESS  # --help-all puts it back
     return p
 

@@ -32,6 +32,7 @@ import statistics
 from pathlib import Path
 
 from lib.frozen import llm
+from lib.runs.config import bound
 from lib.runs.files import read_jsonl
 
 MIB = 1 << 20                      # bytes read from each end of a file for its digest
@@ -135,7 +136,8 @@ def flag(a, role, field):
 
 def llm_client(a, role):
     """The frozen LLM a command's --{role}-* flags name (lib.frozen.llm.client; flags the role lacks keep their defaults)."""
-    return llm.client(role, **{f: getattr(a, f"{role}_{f}") for f in llm.CLIENT_FIELDS if hasattr(a, f"{role}_{f}")})
+    return llm.client(role, llm.Client(**{f: getattr(a, f"{role}_{f}") for f in llm.CLIENT_FIELDS
+                                          if hasattr(a, f"{role}_{f}")}))
 
 
 def who(a, role):
@@ -168,8 +170,8 @@ def bench_parser(sub, name, what, batch_size, batch_help, max_tokens, tokens_hel
     s = sub.add_parser(name, help=what, **FMT)
     s.add_argument("--out", required=True, help="per-item results, JSONL; an existing file is resumed "
                                                 "if its fingerprint matches")
-    s.add_argument("--batch-size", type=int, default=batch_size, help=batch_help)
-    s.add_argument("--max-tokens", type=int, default=max_tokens, help=tokens_help)
+    bound(s.add_argument("--batch-size", type=int, default=batch_size, help=batch_help), "[1, 1e7]")
+    bound(s.add_argument("--max-tokens", type=int, default=max_tokens, help=tokens_help), "[1, 1e7]")
     s.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     s.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     return s

@@ -1,6 +1,6 @@
 """SFT warm start (docs/method.md §7, stage 1).
 
-    warm_start(model, tok, convs, SFTConfig(...), log)   # called by train.py before RL
+    warm_start(model, tok, convs, SFT(...), log)   # called by train.py before RL
 
 Cross-entropy on assistant tokens only (`example` builds each conversation's ids and loss
 mask from the chat template message by message, with the encoders of rollout.py: content is
@@ -27,13 +27,14 @@ import math
 import random
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
 from lib.inputs.chat import mark, render, template_ids
+from lib.inputs.data import TURNS
 from lib.inputs.text import take_unencodable
 from lib.training.dist import all_sum, gather, world
 from lib.training.logprobs import token_logprobs
@@ -85,21 +86,38 @@ def example(tok, messages, max_len):
     return ids[:max_len], mask[:max_len]
 
 
-@dataclass
-class SFTConfig:
-    """The warm start's settings (train.py's --sft-* flags and the ones it shares with RL)."""
-    epochs: int            # passes over the conversations
-    lr: float              # peak lr, cosine decay after warmup
-    batch: int             # conversations per optimizer step
-    max_len: int           # token cutoff per conversation
-    warmup: float          # share of the steps spent warming up
-    weight_decay: float    # AdamW weight decay
-    micro_batch: int       # conversations per forward/backward
-    grad_clip: float       # gradient norm clip
-    max_bad_updates: int   # non-finite updates in a row before stopping
-    seed: int = 0          # the shuffle's seed
-    device: str | None = None  # where the batches go (None: torch's default)
-    tokens: int | None = None  # padded ids per forward/backward (rows x longest); None: micro_batch rows
+@dataclass(frozen=True)
+class SFT:
+    """The warm start's settings: train.py's --sft-* flags (the "SFT warm start" group; the defaults: configs/paper.toml's),
+    and the ones it shares with RL, flags of other groups."""
+    sft_epochs: int = field(default=2, metadata={"help": "", "range": "[0, 1e7]"})
+    sft_lr: float = field(default=5e-6, metadata={"help": "peak lr, cosine decay after warmup", "range": "(0, 1]"})
+    sft_warmup: float = field(default=0.1, metadata={"help": "share of SFT steps spent warming up", "range": "[0, 1]",
+                                                     "hidden": True})
+    sft_batch: int = field(default=32, metadata={"help": "conversations per optimizer step", "range": "[1, 1e7]",
+                                                 "hidden": True})
+    sft_max_len: int = field(default=16384, metadata={"help": "token cutoff per conversation", "range": "[1, 1e7]",
+                                                      "hidden": True})
+    sft_tokens: int | None = field(default=16384, metadata={
+        "range": "[1, 1e7]", "hidden": True,
+        "help": "padded ids per SFT forward/backward (rows x the longest), conversations packed longest first, a "
+                "longer one alone; none = --micro-batch conversations a pass; the loss is the same"})
+    sft_turns: str = field(default=TURNS[0], metadata={
+        "choices": TURNS, "hidden": True,
+        "help": "an assistant's text and the call after it: merge = one turn (what rollouts see); release = two turns, "
+                "each with its own end token (LLaMA-Factory's data)"})
+    sft_limit: int | None = field(default=None, metadata={"help": "use the first N conversations only",
+                                                          "range": "[0, 1e7]", "hidden": True})
+    sft_weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay of the warm start",
+                                                           "range": "[0, 1]", "hidden": True})
+    micro_batch: int = 8           # conversations per forward/backward (--micro-batch)
+    grad_clip: float = 1.0         # gradient norm clip (--grad-clip)
+    max_bad_updates: int = 3       # non-finite updates in a row before stopping (--max-bad-updates)
+    seed: int = 0                  # the shuffle's seed (--seed)
+    device: str | None = None      # where the batches go (None: torch's default; --device)
+
+
+FLAGS = tuple(f.name for f in fields(SFT) if f.name.startswith("sft_"))  # the "SFT warm start" group of train.py
 
 
 def passes(rows, micro_batch, tokens, pad_id):
@@ -120,16 +138,16 @@ def passes(rows, micro_batch, tokens, pad_id):
 
 
 def warm_start(model, tok, convs, cfg, log):
-    """Warm start with SFTConfig `cfg`: token-mean cross-entropy on assistant tokens, AdamW, cosine
+    """Warm start with SFT `cfg`: token-mean cross-entropy on assistant tokens, AdamW, cosine
     lr with warmup; `log(row)` gets one row per optimizer step."""
     take_unencodable()
-    data = [example(tok, c, cfg.max_len) for c in tqdm(convs, desc="sft tokenize", leave=False)]
+    data = [example(tok, c, cfg.sft_max_len) for c in tqdm(convs, desc="sft tokenize", leave=False)]
     if replaced := take_unencodable():
         warnings.warn(f"SFT data: {replaced} unencodable code points (lone surrogates) became U+FFFD")
-    steps = cfg.epochs * math.ceil(len(data) / cfg.batch)
-    warm = max(1, int(cfg.warmup * steps))
+    steps = cfg.sft_epochs * math.ceil(len(data) / cfg.sft_batch)
+    warm = max(1, int(cfg.sft_warmup * steps))
     trained = [p for p in model.parameters() if p.requires_grad]  # with LoRA: the adapters
-    opt = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(trained, lr=cfg.sft_lr, weight_decay=cfg.sft_weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
     rng = random.Random(cfg.seed)
@@ -137,15 +155,15 @@ def warm_start(model, tok, convs, cfg, log):
     model.train()
     bar = tqdm(total=steps, desc="sft", disable=rank > 0)
     bad = 0
-    for epoch in range(cfg.epochs):
+    for epoch in range(cfg.sft_epochs):
         order = list(range(len(data)))
         rng.shuffle(order)
-        for s in range(0, len(order), cfg.batch):
-            rows = [data[i] for i in order[s:s + cfg.batch]]
+        for s in range(0, len(order), cfg.sft_batch):
+            rows = [data[i] for i in order[s:s + cfg.sft_batch]]
             n = sum(sum(m) for _, m in rows)                   # tokens of the whole batch (every rank has it)
             rows = rows[rank::world()]                         # this rank's share
             total = 0.0
-            for part in passes(rows, cfg.micro_batch, cfg.tokens, tok.pad_token_id):
+            for part in passes(rows, cfg.micro_batch, cfg.sft_tokens, tok.pad_token_id):
                 L = max(len(x) for x, _ in part)
                 ids = torch.tensor([x + [tok.pad_token_id] * (L - len(x)) for x, _ in part], device=cfg.device)
                 attn = torch.tensor([[1] * len(x) + [0] * (L - len(x)) for x, _ in part], device=cfg.device)
