@@ -190,9 +190,9 @@ def get_args(argv=None):
     p = argparse.ArgumentParser(description="Evaluate a policy (docs/method.md §9), plot or aggregate runs",
                                 **FMT)
     sub = p.add_subparsers(dest="bench", required=True)
-    t = bench_parser(sub, "toucan", "greedy rollouts on an eval split, HierR metrics", GEN_BATCH,
-                     "rollouts sampled together through all their turns", MAX_TOKENS,
-                     "response tokens per trajectory, observations included")
+    t = bench_parser(sub, "toucan", "greedy rollouts on an eval split, HierR metrics", batch_size=GEN_BATCH,
+                     batch_help="rollouts sampled together through all their turns", max_tokens=MAX_TOKENS,
+                     tokens_help="response tokens per trajectory, observations included")
     t.add_argument("--model", required=True, help="hub name or local folder (a LoRA adapter folder, train.py "
                                                   "--lora-r's final/, is merged onto its base)")
     t.add_argument("--run-config", default="auto",

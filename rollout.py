@@ -194,7 +194,7 @@ class TurnEnd(StoppingCriteria):
 
 
 @torch.no_grad()
-def generate(model, past, pending, budgets, temperature, stops, ended, pad_id):
+def generate(model, past, pending, budgets, temperature, *, stops, ended, pad_id):
     """One assistant turn for each row with Hugging Face `model.generate`: lib.sampling.sampler.sample's
     contract with the ids themselves for a cache. Row b has fed `past[b]` (ids; None: none) and
     feeds `pending[b]`; it samples until a stop id, `ended(its ids)` or `budgets[b]` ids. Returns
@@ -286,7 +286,7 @@ def run(model, tok, rs, simulator, episode):
             break
         past, kvs = [kvs[i] for i in live], [None] * len(rs)  # handed over to the sampler, which frees them
         new = sample_turn(model, past, [pending[i] for i in live], [max_tokens - len(rs[i].ids) for i in live],
-                     episode.temperature, stops, ended)
+                          episode.temperature, stops=stops, ended=ended)
         callers, texts = [], []
         for i, (ids, lps, kv) in zip(live, new):
             r = rs[i]

@@ -343,7 +343,7 @@ def load_model(a, rank, tasks, evals, convs):
         if not os.path.isdir(base_dir):
             if rank == 0:
                 with writing(base_dir, base_dir + ".tmp"):
-                    tiny.build(base_dir + ".tmp", tiny.world_texts(tasks, convs), a.seed, *a.tiny_size)
+                    tiny.build(base_dir + ".tmp", tiny.world_texts(tasks, convs), a.seed, a.tiny_size)
                     os.replace(base_dir + ".tmp", base_dir)
             barrier()
         name = base_dir

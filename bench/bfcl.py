@@ -342,7 +342,7 @@ _STATES = {}  # (model name, item id) -> backend instances, for one multi_turn_c
 
 
 def _checker_execute(func_call_list, initial_config, involved_classes, model_name, test_entry_id,
-                     long_context=False, is_evaL_run=False):
+                     *, long_context=False, is_evaL_run=False):
     """bfcl-eval's execute_multi_turn_func_call, same arguments and results, without eval()."""
     key = (model_name, test_entry_id)
     if key not in _STATES:
@@ -539,7 +539,7 @@ def accuracy(records, zero=None):
     return out
 
 
-def run_bfcl(generate, categories=RELEASE_CATEGORIES, limit=None, batch_size=8, out_jsonl=None, fingerprint=None,
+def run_bfcl(generate, *, categories=RELEASE_CATEGORIES, limit=None, batch_size=8, out_jsonl=None, fingerprint=None,
              missing_zero=False):
     """Generate, score and aggregate the first `limit` items of each category, `batch_size`
     prompts per generate call. Resumes from out_jsonl (made under `fingerprint`, lib.runs.evalcli.resume).

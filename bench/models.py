@@ -59,7 +59,7 @@ class LoopStop(StoppingCriteria):
 
 
 @torch.no_grad()
-def decode(model, tok, seqs, max_tokens, temperature, batch_size, stops, loop_stop=True):
+def decode(model, tok, seqs, max_tokens, *, temperature, batch_size, stops, loop_stop=True):
     """One reply (ids) per prompt: left-padded batches through model.generate; a row ends at its
     first id in `stops` (kept), at a loop (LoopStop, unless not `loop_stop`), after max_tokens, or where the model's
     context (config.max_position_embeddings) ends; a prompt that fills it gets no reply (an
@@ -85,7 +85,7 @@ def decode(model, tok, seqs, max_tokens, temperature, batch_size, stops, loop_st
     return out
 
 
-def local_generate(model, tok, batch_size, max_tokens, temperature=0.0, framing="toucan", keep_system=True,
+def local_generate(model, tok, batch_size, max_tokens, *, temperature=0.0, framing="toucan", keep_system=True,
                    rules=TOUCAN_RULES, loop_stop=True):
     """An in-process policy as generate(list_of_messages, list_of_tools) -> texts (module docstring)."""
     start = tok.convert_tokens_to_ids("<|im_start|>")
@@ -98,8 +98,8 @@ def local_generate(model, tok, batch_size, max_tokens, temperature=0.0, framing=
         return chat_ids(tok, messages, tools or None)  # special-token strings in benchmark text stay text
 
     def generate(batch, tools):
-        new = decode(model, tok, [prompt(m, t) for m, t in zip(batch, tools)], max_tokens, temperature,
-                     batch_size, stops, loop_stop)
+        new = decode(model, tok, [prompt(m, t) for m, t in zip(batch, tools)], max_tokens, temperature=temperature,
+                     batch_size=batch_size, stops=stops, loop_stop=loop_stop)
         return [tok.decode(ids, skip_special_tokens=True) for ids in new]
     return generate
 

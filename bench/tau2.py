@@ -192,7 +192,7 @@ def pass_rates(records):
             "overall_micro": sum(d["passed"] for d in per.values()) / n if n else None}
 
 
-def run_tau2(domains, agent_fn, user_fn, num_tasks=None, out_jsonl=None, seed=0, batch_size=1,
+def run_tau2(domains, agent_fn, user_fn, *, num_tasks=None, out_jsonl=None, seed=0, batch_size=1,
              max_steps=MAX_STEPS, max_errors=MAX_ERRORS, raise_errors=False, fingerprint=None):
     """Run a domain (or a list of them), `batch_size` tasks at once; append one record per
     task to out_jsonl and skip the tasks already there (made under `fingerprint`,

@@ -92,7 +92,7 @@ def token_html(tid, text, a, seg, scale, dec=False):
             f'title="{html.escape(caption)}">{html.escape(shown)}</span>')
 
 
-def rollout_html(i, row, cols, mask, tool, d, decode, scale):
+def rollout_html(i, row, cols, mask, tool, *, d, decode, scale):
     r = {k: float("nan") if v is None else v for k, v in row["rewards"].items()}
     facts = " · ".join(f"{k} {r[k]:.2f}" for k in PARTS if k in r)
     facts += f" · S_process {r['process']:.3f} · S_sum {r['summary']:.3f} · score {r['score']:.3f}"
@@ -133,7 +133,7 @@ def page(title, question, rows, cfg, decode):
               '<span class="t tool">tool</span><span class="t summary">summary</span>'
               '<span class="t observation">observation (mask 0)</span><span class="t dec">decision token</span> '
               'hover a token for its id, text, A and segment</p>')
-    body = "".join(rollout_html(i, row, cols, mask, tool, d, decode, scale) for i, row in enumerate(rows))
+    body = "".join(rollout_html(i, row, cols, mask, tool, d=d, decode=decode, scale=scale) for i, row in enumerate(rows))
     return (f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f'<style>{CSS}</style></head><body data-scale="{scale!r}"><h1>{html.escape(title)}</h1>'
             f'<p>{html.escape(question)}</p>{legend}<details><summary>prompt ({len(rows[0]["prompt"])} tokens)'

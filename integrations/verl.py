@@ -177,7 +177,7 @@ def charges(env=os.environ):
     return out
 
 
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, judge_url=None, judge_model=None,
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, *, judge_url=None, judge_model=None,
                   lam_tool=rewards.LAM, lam_sum=rewards.LAM, **kwargs):
     """verl's reward function: HierR of one decoded trajectory (solution_str, tool responses included), as
     rewards.score_rollouts does with gate "release" and reward_input "decoded", Eq. 16's charge from `charges`.

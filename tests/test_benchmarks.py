@@ -108,7 +108,7 @@ def test_bfcl_gold_scores_100(bfcl, tmp_path):
     items = [it for c in BF.AST_CATEGORIES for it in BF.load(c, limit=5)]
     assert len(items) == 40
     out = tmp_path / "bfcl.jsonl"
-    summary = BF.run_bfcl(_oracle(items), BF.AST_CATEGORIES, limit=5, batch_size=7, out_jsonl=out)
+    summary = BF.run_bfcl(_oracle(items), categories=BF.AST_CATEGORIES, limit=5, batch_size=7, out_jsonl=out)
     for c in BF.AST_CATEGORIES:
         assert summary["per_category"][c] == {"correct": 5, "total": 5, "accuracy": 1.0}, c
     assert summary["non_live_ast"] == summary["live_ast"] == summary["overall_ast"] == 1.0
@@ -195,16 +195,16 @@ def test_run_bfcl_resumes(bfcl, tmp_path):
     cats = ("simple", "live_parallel")
     items = [it for c in cats for it in BF.load(c, limit=4)]
     gen = _oracle(items)
-    BF.run_bfcl(gen, cats, limit=3, batch_size=2, out_jsonl=out)
+    BF.run_bfcl(gen, categories=cats, limit=3, batch_size=2, out_jsonl=out)
     assert sum(gen.calls) == 6
-    s = BF.run_bfcl(gen, cats, limit=3, batch_size=2, out_jsonl=out)
+    s = BF.run_bfcl(gen, categories=cats, limit=3, batch_size=2, out_jsonl=out)
     assert sum(gen.calls) == 6 and s["per_category"]["simple"]["total"] == 3
-    s = BF.run_bfcl(gen, cats, limit=4, batch_size=2, out_jsonl=out)
+    s = BF.run_bfcl(gen, categories=cats, limit=4, batch_size=2, out_jsonl=out)
     assert sum(gen.calls) == 8 and s["per_category"]["live_parallel"]["total"] == 4
     assert len(open(out).readlines()) == 1 + 8  # the fingerprint line, then the items
     with pytest.raises(ValueError):
-        BF.run_bfcl(lambda m, t: [], ("multiple",), limit=1, out_jsonl=None)
-    s = BF.run_bfcl(gen, cats, limit=3, batch_size=2, out_jsonl=out, missing_zero=True)
+        BF.run_bfcl(lambda m, t: [], categories=("multiple",), limit=1, out_jsonl=None)
+    s = BF.run_bfcl(gen, categories=cats, limit=3, batch_size=2, out_jsonl=out, missing_zero=True)
     assert sorted(s["per_category"]) == sorted(set(BF.RELEASE_CATEGORIES) | set(cats))   # the release's 13 and ours
     assert s["per_category"]["java"]["total"] == 3 and s["simple_ast"] == pytest.approx(1 / 3)
 
@@ -301,7 +301,7 @@ def _replay(items, turns_of=BF.gold_turns):
 def test_multi_turn_gold_replay_scores_100_and_corruptions_fail(bfcl, category, tmp_path):
     items = BF.load(category, limit=4)
     out = tmp_path / "mt.jsonl"
-    s = BF.run_bfcl(_replay(items), (category,), limit=4, batch_size=3, out_jsonl=out)
+    s = BF.run_bfcl(_replay(items), categories=(category,), limit=4, batch_size=3, out_jsonl=out)
     assert s["per_category"][category] == {"correct": 4, "total": 4, "accuracy": 1.0}
     rows = [json.loads(line) for line in open(out)][1:]
     assert all(r["valid"] and len(r["output"]) == len(r["decoded"]) for r in rows)

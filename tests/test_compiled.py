@@ -25,10 +25,10 @@ def test_compiled_steps_match_the_forward_in_one_graph(monkeypatch):
     budgets, budgets2 = [2, 9, 4, 13, 1, 6, 0], [5, 0, 11, 3, 8, 2, 1]
     got = {}
     for name, decode in (("cached", sampler.forward), ("compiled", compiled.compiled)):
-        first = sample(model, [None] * 7, seqs, budgets, 0.0, stops, decode=decode)
+        first = sample(model, [None] * 7, seqs, budgets, 0.0, stops=stops, decode=decode)
         glue = tok.encode(" obs\n", add_special_tokens=False)
         second = sample(model, [kv for _, _, kv in first], [ids[-1:] + glue for ids, _, _ in first], budgets2,
-                        0.0, stops, decode=decode)
+                        0.0, stops=stops, decode=decode)
         got[name] = [(ids, lp) for ids, lp, _ in first + second]
     assert [ids for ids, _ in got["compiled"]] == [ids for ids, _ in got["cached"]]
     assert len({len(ids) for ids, _ in got["cached"]}) >= 6
@@ -53,7 +53,7 @@ def test_a_hooked_model_is_refused():
     model = calling(tiny_model(), tok, strength=8.0)
     seqs = [tok.encode("The weather in", add_special_tokens=False)] * 2
     with pytest.raises(ValueError, match="forward"):
-        sample(model, [None] * 2, seqs, [4, 4], 0.0, [], decode=compiled.decode)
+        sample(model, [None] * 2, seqs, [4, 4], 0.0, stops=[], decode=compiled.decode)
     with pytest.raises(ValueError, match="forward"):  # rollout's "compiled" is this step
         rollout(model, tok, world(2), EchoSim(), Episode(sampler="compiled"))
 

@@ -373,7 +373,7 @@ def test_demo_tokenizer_copies_ids_and_loads_as_built(world, tmp_path):
     from lib.training import tiny
     from transformers import AutoTokenizer
     tasks, convs = world["rl"][:100], world["sft"][:100]
-    tiny.build(tmp_path, tiny.world_texts(tasks, convs), 0, 32, 1, 2)
+    tiny.build(tmp_path, tiny.world_texts(tasks, convs), 0, (32, 1, 2))
     built, loaded = tiny.build_tokenizer(tiny.world_texts(tasks, convs)), AutoTokenizer.from_pretrained(tmp_path)
     for chat in convs[:20]:
         text = built.apply_chat_template(chat, tokenize=False)

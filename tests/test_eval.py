@@ -291,7 +291,7 @@ def test_loop_cut_can_be_turned_off():
             return super().generate(input_ids, max_new_tokens)
     tok = tokenizer()
     for loop_stop in (True, False):
-        models.decode(Model([5, 6]), tok, [[1, 2]], 100, 0.0, 4, [tok.eos_token_id], loop_stop)
+        models.decode(Model([5, 6]), tok, [[1, 2]], 100, temperature=0.0, batch_size=4, stops=[tok.eos_token_id], loop_stop=loop_stop)
     assert seen == [["LoopStop"], []]
     assert B.get_args(["bfcl", "--out", "x"]).loop_cut
     assert not B.get_args(["bfcl", "--out", "x", "--no-loop-cut"]).loop_cut
@@ -328,11 +328,11 @@ def test_decode_cuts_at_stops_budget_and_context():
     tok = tokenizer()
     close, eos, pad = tok.convert_tokens_to_ids("</tool_call>"), tok.eos_token_id, tok.pad_token_id
     m = Scripted([5, close, 6, eos, pad, pad])
-    assert models.decode(m, tok, [[1, 2]], 100, 0.0, 4, [close, eos]) == [[5, close]]
-    assert models.decode(m, tok, [[1, 2]], 100, 0.0, 4, [eos]) == [[5, close, 6, eos]]
-    assert models.decode(m, tok, [[1, 2]], 2, 0.0, 4, [eos]) == [[5, close]]           # the budget
+    assert models.decode(m, tok, [[1, 2]], 100, temperature=0.0, batch_size=4, stops=[close, eos]) == [[5, close]]
+    assert models.decode(m, tok, [[1, 2]], 100, temperature=0.0, batch_size=4, stops=[eos]) == [[5, close, 6, eos]]
+    assert models.decode(m, tok, [[1, 2]], 2, temperature=0.0, batch_size=4, stops=[eos]) == [[5, close]]           # the budget
     m = Scripted([5, 6, 7, 8], positions=10)
-    out = models.decode(m, tok, [[1] * 8, [1] * 10, [1] * 3], 100, 0.0, 4, [eos])
+    out = models.decode(m, tok, [[1] * 8, [1] * 10, [1] * 3], 100, temperature=0.0, batch_size=4, stops=[eos])
     assert out == [[5, 6], [], [5, 6, 7, 8]]     # 2 positions left; none (never generated); budget 7
     assert m.calls == [torch.Size([2, 8])]
 

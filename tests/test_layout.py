@@ -122,3 +122,22 @@ def test_no_function_over_60_lines_without_a_reason():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                 assert "Long because" in (ast.get_docstring(node) or ""), \
                     f"{path.name}:{node.lineno} {node.name} is {node.end_lineno - node.lineno + 1} lines, no reason given"
+
+
+MAX_POSITIONAL = 6  # issue 58: past about six, a call reads as a list of values; the rest are keyword-only
+
+
+def test_no_function_outside_the_tests_takes_more_than_six_positional_parameters():
+    """A function takes its data and the settings object it needs (rewards.HierR, advantage.Credit, loss.Clip,
+    rollout.Episode, ...); anything past MAX_POSITIONAL positional parameters is keyword-only (after `*`)."""
+    bad = []
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in ("tests", "venv", ".venv") or rel.parts[0].startswith("."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = [a.arg for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
+                if len(names) > MAX_POSITIONAL:
+                    bad.append(f"{rel}:{node.lineno} {node.name}: {len(names)} positional parameters")
+    assert not bad, "\n".join(bad)

@@ -48,10 +48,10 @@ def test_lora_trains_adapters_only_and_the_reference_is_the_sft_model(tmp_path, 
 
     def spy(model, ref, batch, a):  # the run's reference log-probs, and the frozen SFT model's on the same batch
         sampled = batch["logprobs"].clone()
-        old, got = pair(model, ref, batch, a)
-        frozen = load_policy(str(out / "sft"))[0].eval()
-        refs.append((ref is model, got, pair(frozen, frozen, {**batch, "logprobs": sampled}, a)[1]))
-        return old, got
+        pair(model, ref, batch, a)
+        frozen, again = load_policy(str(out / "sft"))[0].eval(), {**batch, "logprobs": sampled}
+        pair(frozen, frozen, again, a)
+        refs.append((ref is model, batch["ref_logprobs"], again["ref_logprobs"]))
 
     def final(model, tok, path, *x, **k):  # the base weights at the end, before --merge-lora merges into them
         if path.endswith("final"):

@@ -49,7 +49,7 @@ def test_generate_keeps_log_probs_not_every_steps_logits():
         peaks = []
         for T in steps:
             with Live() as live:
-                out = generate(model, [None] * B, seqs, [T] * B, 1.0, [], None, tok.pad_token_id)
+                out = generate(model, [None] * B, seqs, [T] * B, 1.0, stops=[], ended=None, pad_id=tok.pad_token_id)
             assert [len(ids) for ids, _, _ in out] == [T] * B  # no stop ids: every row runs T steps
             peaks.append(live.peak)
         growth[V] = peaks[1] - peaks[0]
@@ -84,7 +84,7 @@ def test_generate_log_probs_equal_output_logits_bit_for_bit(temperature):
     torch.manual_seed(0)
     want = output_logits(model, seqs, budgets, temperature, stops, tok.pad_token_id)
     torch.manual_seed(0)
-    got = generate(model, [None] * 3, seqs, budgets, temperature, stops, None, tok.pad_token_id)
+    got = generate(model, [None] * 3, seqs, budgets, temperature, stops=stops, ended=None, pad_id=tok.pad_token_id)
     assert [(ids, lps) for ids, lps, _ in got] == want  # exact floats
     assert len({len(ids) for ids, _ in want}) > 1        # rows of different lengths (padding decoded)
 
@@ -101,7 +101,7 @@ def test_cached_sampler_holds_a_turns_caches_once(budgets):
                for k in (0, 7)]
     seqs = [prompts[b % 2] for b in range(16)]                 # 2 prompts, G = 8
     with Live(model) as live:
-        out = sample(model, [None] * 16, seqs, budgets, 1.0, [])
+        out = sample(model, [None] * 16, seqs, budgets, 1.0, stops=[])
     stores = {id(kv.prefixes): kv.prefixes for _, _, kv in out}.values()
     assert len(stores) == 1 and [len(p.n) for p in stores] == [2]
     kept = sum(x.nbytes for p in stores for x in p.keys + p.values) + \

@@ -147,9 +147,9 @@ def test_grouped_turns_match_the_reference_on_smollm2():
     glue = tool_turn_ids(tok, ["sunny, 21 C"], False)
     out = {}
     for name, f in {"cached": sample, "generate": functools.partial(generate, pad_id=tok.pad_token_id)}.items():
-        first = f(model, [None] * 4, seqs, [5, 9, 7, 3], 0.0, stops, ended)
+        first = f(model, [None] * 4, seqs, [5, 9, 7, 3], 0.0, stops=stops, ended=ended)
         second = f(model, [kv for _, _, kv in first], [ids[-1:] + glue for ids, _, _ in first], [4, 6, 2, 5],
-                   0.0, stops, ended)
+                   0.0, stops=stops, ended=ended)
         out[name] = [(ids, lp) for ids, lp, _ in first + second]
     assert [ids for ids, _ in out["cached"]] == [ids for ids, _ in out["generate"]]
     assert [len(ids) for ids, _ in out["cached"]] == [5, 9, 7, 3, 4, 6, 2, 5]

@@ -56,9 +56,9 @@ def test_gguf_file_loads_as_a_plain_folder(smol):
     assert "quantization_config" not in json.load(open(os.path.join(folder, "config.json")))
     assert type(model).__name__ == "LlamaForCausalLM" and tok.pad_token_id == tok.eos_token_id
     ids = chat_ids(tok, [{"role": "user", "content": "What is the capital of France?"}])
-    [(out, lp, _)] = sample(model, [None], [ids], [16], 0.0, stop_ids(tok), stop_text(tok))
+    [(out, lp, _)] = sample(model, [None], [ids], [16], 0.0, stops=stop_ids(tok), ended=stop_text(tok))
     assert "Paris" in tok.decode(out) and out[-1] == tok.eos_token_id  # greedy: "The capital of France is Paris."
-    [(ref, ref_lp, _)] = generate(model, [None], [ids], [16], 0.0, stop_ids(tok), stop_text(tok), tok.pad_token_id)
+    [(ref, ref_lp, _)] = generate(model, [None], [ids], [16], 0.0, stops=stop_ids(tok), ended=stop_text(tok), pad_id=tok.pad_token_id)
     assert ref == out and ref_lp == pytest.approx(lp, abs=1e-5)  # the reference sampler: the same reply
 
 

@@ -287,7 +287,7 @@ def test_greedy_turn_matches_generate():
     for stop_at_call in (True, False):
         stops, ended = stop_ids(tok, stop_at_call), stop_text(tok, stop_at_call)
         for name, f in samplers(tok).items():
-            new = [ids for ids, _, _ in f(model, [None] * len(seqs), seqs, [30] * len(seqs), 0.0, stops, ended)]
+            new = [ids for ids, _, _ in f(model, [None] * len(seqs), seqs, [30] * len(seqs), 0.0, stops=stops, ended=ended)]
             assert new == plain_generate(model, tok, seqs, 30, stops), name
             assert new == [plain_generate(model, tok, [q], 30, stops)[0] for q in seqs], name
 
@@ -406,9 +406,9 @@ def test_the_two_samplers_agree_turn_by_turn_on_budgets_and_stop_text():
     for stop_text_ in (None, ended):
         out = {}
         for name, f in samplers(tok).items():
-            first = f(model, [None] * 7, seqs, budgets[:7], 0.0, stops, stop_text_)
+            first = f(model, [None] * 7, seqs, budgets[:7], 0.0, stops=stops, ended=stop_text_)
             second = f(model, [kv for _, _, kv in first], [ids[-1:] + glue for ids, _, _ in first], budgets[7:],
-                       0.0, stops, stop_text_)
+                       0.0, stops=stops, ended=stop_text_)
             out[name] = [(ids, lp) for ids, lp, _ in first + second]
         assert [ids for ids, _ in out["generate"]] == [ids for ids, _ in out["cached"]]
         for (_, a), (_, b) in zip(out["generate"], out["cached"]):
@@ -432,7 +432,7 @@ def test_generate_ignores_the_models_generation_config(monkeypatch):
         got = {}
         for name, f in samplers(tok).items():
             torch.manual_seed(0)
-            got[name] = [ids for ids, _, _ in f(model, [None] * 4, seqs, [20] * 4, temperature, [], None)]
+            got[name] = [ids for ids, _, _ in f(model, [None] * 4, seqs, [20] * 4, temperature, stops=[], ended=None)]
         assert got["generate"] == got["cached"], temperature
 
 

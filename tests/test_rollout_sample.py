@@ -52,7 +52,7 @@ def test_two_turns_of_rows_stopping_at_different_steps_match_a_cacheless_referen
     torch.manual_seed(0)
     ref, ref_lp = reference(model, seqs, budgets, temperature, stops)
     torch.manual_seed(0)
-    got = sample(model, [None] * 7, seqs, budgets, temperature, stops, decode=decode)
+    got = sample(model, [None] * 7, seqs, budgets, temperature, stops=stops, decode=decode)
     assert [ids for ids, _, _ in got] == ref and {len(ids) for ids in ref} == {0, 1, 2, 4, 6, 9, 13}
     for (_, lp, _), want in zip(got, ref_lp):
         assert lp == pytest.approx(want, abs=1e-5)
@@ -70,7 +70,7 @@ def test_two_turns_of_rows_stopping_at_different_steps_match_a_cacheless_referen
     ref2, ref2_lp = reference(model, seqs2, budgets2, temperature, stops)
     torch.manual_seed(1)
     got2 = sample(model, [kv for _, _, kv in got[:6]], [got[b][0][-1:] + glue[b] for b in range(6)],
-                  budgets2, temperature, stops, decode=decode)
+                  budgets2, temperature, stops=stops, decode=decode)
     assert [ids for ids, _, _ in got2] == ref2
     for b, (ids, lp, kv) in enumerate(got2):
         assert lp == pytest.approx(ref2_lp[b], abs=1e-5)
@@ -93,7 +93,7 @@ def test_the_cache_is_written_in_place():
     sampler.Slots.update = spy
     try:
         seqs = [tok.encode("The weather in", add_special_tokens=False)] * 4
-        got = sample(model, [None] * 4, seqs, [40] * 4, 1.0, [])  # no stop ids: 40 ids per row
+        got = sample(model, [None] * 4, seqs, [40] * 4, 1.0, stops=[])  # no stop ids: 40 ids per row
     finally:
         sampler.Slots.update = real
     assert [len(ids) for ids, _, _ in got] == [40] * 4
@@ -137,10 +137,10 @@ def test_an_autocast_cache_holds_what_attention_reads_and_changes_no_id(decode):
         try:
             torch.manual_seed(0)
             with cast_once(model, "bfloat16"), autocast("bfloat16", "cpu"):
-                one = sample(model, [None] * 6, seqs, budgets, temperature, [], decode=decode)
+                one = sample(model, [None] * 6, seqs, budgets, temperature, stops=[], decode=decode)
                 glue = tok.encode(" obs\n", add_special_tokens=False)
                 two = sample(model, [kv for _, _, kv in one], [ids[-1:] + glue for ids, _, _ in one], budgets,
-                             temperature, [], decode=decode)
+                             temperature, stops=[], decode=decode)
         finally:
             sampler.batch_cache = real
         return [(ids, lps) for ids, lps, _ in one + two], {x.dtype for k, v in two[0][2].columns() for x in (k, v)}

@@ -105,7 +105,7 @@ def adapter_params(cfg, r):
                if isinstance(x, torch.nn.Linear) and name.rsplit(".", 1)[-1] in TARGETS)
 
 
-def plan(cfg, gpus, gen_batch, micro_batch, prompt=PROMPT, response=RESPONSE, mfu=MFU, peak=PEAK, bw=BANDWIDTH,
+def plan(cfg, gpus, gen_batch, micro_batch, *, prompt=PROMPT, response=RESPONSE, mfu=MFU, peak=PEAK, bw=BANDWIDTH,
          lora_r=0):
     """Memory (bytes per GPU) and time (s) of one step on `gpus` GPUs with FSDP2 (lora_r > 0: with
     LoRA adapters of that rank on one GPU; the time is full fine-tuning's)."""

@@ -59,11 +59,11 @@ def sample_rows(model, prompt, p, B, sync, t):
         decode = compiled.compiled if p.sampler == "compiled" else sampler.forward
         rows = prompt.tolist()
         if p.sampler == "compiled":
-            sampler.sample(model, [None] * B, rows, [2] * B, 1.0, [], decode=decode)  # compiles
+            sampler.sample(model, [None] * B, rows, [2] * B, 1.0, stops=[], decode=decode)  # compiles
             sync()
             compile_s = time.time() - t
             t = time.time()
-        new = sampler.sample(model, [None] * B, rows, [p.new_tokens] * B, 1.0, [], decode=decode)
+        new = sampler.sample(model, [None] * B, rows, [p.new_tokens] * B, 1.0, stops=[], decode=decode)
         out = torch.cat([prompt, torch.tensor([ids for ids, _, _ in new], device=p.device)], 1)  # (B, T + new)
     return out, compile_s, t
 

@@ -86,7 +86,7 @@ def smol_sampling(gguf, rounds, prompts, group, ids, dtype):
         torch.manual_seed(rnd)
         with cast_once(model, dtype), autocast(dtype, "cpu"):
             t0 = time.perf_counter()
-            out = sample(model, [None] * len(seqs), seqs, [ids] * len(seqs), 1.0, [])
+            out = sample(model, [None] * len(seqs), seqs, [ids] * len(seqs), 1.0, stops=[])
             times.append(time.perf_counter() - t0)
         n = sum(len(x) for x, _, _ in out)
         print(f"round {rnd}: {times[-1]:.2f} s, {n} ids, {n / times[-1]:.1f} ids/s "

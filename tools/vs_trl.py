@@ -312,7 +312,7 @@ def run_trl(world, tok, model, a, turns, budget):
     return clock["total"], phases, flops, clock["before"], tokens, float(calls)
 
 
-def run_floor(world, tok, model, a, turns, budget, n_new):
+def run_floor(world, tok, model, a, *, turns, budget, n_new):
     from transformers.utils import get_json_schema
     schema = get_json_schema(f)
     prompts = [chat.chat_ids(tok, t.messages, [schema]) for t in world[:a.prompts] for _ in range(a.group_size)]
@@ -359,7 +359,7 @@ def child(a):
     elif a.system in ("trl", "trl-ckpt"):
         total, phases, flops, before, tokens, calls = run_trl(world, tok, model, a, turns, budget)
     else:
-        total, phases, flops, before, tokens, calls = run_floor(world, tok, model, a, turns, budget, a.floor_tokens)
+        total, phases, flops, before, tokens, calls = run_floor(world, tok, model, a, turns=turns, budget=budget, n_new=a.floor_tokens)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps({"total": total, "phases": phases, "flops": flops, "rate": rate, "peak_mb": peak,
                                   "step_mb": peak - before, "tokens": tokens, "calls": calls,

@@ -131,7 +131,7 @@ class HTTPClient:
     20 calls of a turn at once (docs/method.md §5).
     """
 
-    def __init__(self, base_url, model=None, api_key=None, timeout=TIMEOUT, deadline=DEADLINE, retries=2,
+    def __init__(self, base_url, *, model=None, api_key=None, timeout=TIMEOUT, deadline=DEADLINE, retries=2,
                  backoff=BACKOFF, workers=20, max_body=MAX_BODY):
         base_url = base_url.rstrip("/")
         self.base_url = base_url if base_url.endswith("/v1") else base_url + "/v1"

@@ -165,7 +165,7 @@ def fingerprint(a):
 FMT = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}
 
 
-def bench_parser(sub, name, what, batch_size, batch_help, max_tokens, tokens_help):
+def bench_parser(sub, name, what, *, batch_size, batch_help, max_tokens, tokens_help):
     """A subcommand with the flags every benchmark has: its result file, batch, budget, device."""
     s = sub.add_parser(name, help=what, **FMT)
     s.add_argument("--out", required=True, help="per-item results, JSONL; an existing file is resumed "

@@ -42,7 +42,7 @@ from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 from lib.sampling.prefix_attention import merge
 
 
-def layer_step(layer, x, cos, sin, bias, K, V, shared=None):
+def layer_step(layer, x, cos, sin, bias, *, K, V, shared=None):
     """One decoder layer for one new id per row: hidden states x (b, 1, E), its rotary cos and sin
     (b, 1, D), the layer's cache K, V (b, Hkv, n, D) and additive `bias` (b, n) (0 or -inf); with
     `shared` (lib.sampling.prefix_attention.Shared), each row also attends to its prefix, merged through
@@ -67,7 +67,7 @@ def layer_step(layer, x, cos, sin, bias, K, V, shared=None):
     return x + layer.mlp(layer.post_attention_layernorm(x)), k, v          # (b, 1, E)
 
 
-def step(model, ids, pos, bias, keys, values, shared=None):
+def step(model, ids, pos, bias, keys, values, *, shared=None):
     """One decode step: logits (b, V) for the ids (b,) at positions `pos` (b, 1), each row
     attending to its prefix in `shared` (None: none), its cache columns (per layer `keys[l]`,
     `values[l]`, each (b, Hkv, n, D)) with additive `bias` (b, n), then to the new id. Returns
@@ -77,12 +77,12 @@ def step(model, ids, pos, bias, keys, values, shared=None):
     cos, sin = m.rotary_emb(x, pos)                                        # (b, 1, D) each
     new = []
     for layer, K, V in zip(m.layers, keys, values):
-        x, k, v = layer_step(layer, x, cos, sin, bias, K, V, shared)
+        x, k, v = layer_step(layer, x, cos, sin, bias, K=K, V=V, shared=shared)
         new.append((k, v))
     return model.lm_head(m.norm(x))[:, 0], new                             # (b, V)
 
 
-def decode(model, feed, pos, mask, cache, shared=None, run=step):
+def decode(model, feed, pos, mask, cache, *, shared=None, run=step):
     """sample's decode step through `run` (`step`, or compiled: `compiled` below): the logits (b, V) of the
     ids `feed` (b,) at `pos` (b, 1); `mask` (b, n + 1) covers the n cache columns and the new id,
     whose keys and values are then written into the cache (Slots.update, in place); each row also
@@ -103,7 +103,7 @@ def decode(model, feed, pos, mask, cache, shared=None, run=step):
         if shared is not None:
             shared = copy.copy(shared)
             shared.rows(shared.group.repeat(2))
-    logits, new = run(model, feed, pos, bias, keys, values, shared)
+    logits, new = run(model, feed, pos, bias, keys, values, shared=shared)
     for layer, (k, v) in zip(layers, new):
         layer.update(k[:b], v[:b])
     return logits[:b]
@@ -119,4 +119,4 @@ def compiled(model, feed, pos, mask, cache, shared=None):
     """`decode` through the compiled `step`: `--sampler compiled`'s decode step. Sizes that happen
     to be equal (the prefixes' count and the rows', say) are not assumed equal: one graph."""
     with torch.fx.experimental._config.patch(use_duck_shape=False):
-        return decode(model, feed, pos, mask, cache, shared, run=compiled_step())
+        return decode(model, feed, pos, mask, cache, shared=shared, run=compiled_step())

@@ -45,7 +45,7 @@ def merge(o1, lse1, o2, lse2):
     return o.to(o1.dtype)
 
 
-def attend(q, k, v, bias, scale, fused=None, dead=None):
+def attend(q, k, v, bias, scale, *, fused=None, dead=None):
     """Softmax attention of queries q (B, H, m, D) over keys and values k, v (B, H, n, D) with an
     additive `bias` broadcast to (B, H, m, n) (0 or -inf): (o (B, H, m, D), lse (B, H, m)), lse -inf
     where a query sees no key (`dead`, broadcast to (B, H, m); None: read from `bias`). `fused` (None: on a
@@ -121,7 +121,7 @@ class Shared:
         return o, lse.view(U, H, R, m).transpose(1, 2).reshape(U * R, H, m)[self.slot]
 
 
-def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, shared_prefix=None, **kwargs):
+def attention(module, query, key, value, attention_mask, *, scaling=None, dropout=0.0, shared_prefix=None, **kwargs):
     """The attention function registered as NAME: with `shared_prefix` (a `Shared`), queries
     (B, Hq, L, D) attend to their prefix and to their own columns key, value (B, H, S, D) under
     transformers' mask (B, 1, L, S) (True: seen; None: causal), merged (`merge`); without, SDPA.

@@ -226,7 +226,7 @@ def forward(model, feed, pos, mask, cache, shared):
 
 
 @torch.no_grad()
-def sample(model, kvs, pending, budgets, temperature, stops, ended=None, decode=forward):
+def sample(model, kvs, pending, budgets, temperature, *, stops, ended=None, decode=forward):
     """One assistant turn for each row, decoded from its KV cache.
 
     Row b holds `kvs[b]`, what it kept from its last turn (a `Kept`: its group's prefix and its
@@ -332,4 +332,4 @@ def sample(model, kvs, pending, budgets, temperature, stops, ended=None, decode=
             mask[:, C] = 1
             pos = prefixes.n[shared.group][:, None] + mask[:, :C].sum(-1, keepdim=True)  # (b, 1) the fed id's position
             C += 1
-            logits = decode(model, feed, pos, mask[:, :C], cache, shared)  # (b, V)
+            logits = decode(model, feed, pos, mask[:, :C], cache, shared=shared)  # (b, V)

@@ -29,7 +29,7 @@ NO_GRAD_ROWS = 8  # response rows per no-grad pass, sorted by length (little pad
                   # 1 CPU thread, 64 rows: 3.6 s a reference pass, against 4.6-5.7 s with all 32 rows of a micro-batch at once
 
 
-def token_logprobs(model, ids, attn, mask, chunk=1024, groups=None, rows=None):
+def token_logprobs(model, ids, attn, mask, *, chunk=1024, groups=None, rows=None):
     """log π(ids_t | ids_<t) where mask is 1, else 0: (B, L).
 
     The trunk runs once; the head and log-softmax run on masked positions only, `chunk`
@@ -46,10 +46,10 @@ def token_logprobs(model, ids, attn, mask, chunk=1024, groups=None, rows=None):
     if groups is not None and world() > 1 and all_sum(float(plan is not None)) < world():
         plan = None  # every rank takes the same path: FSDP2 pairs up the ranks' forward calls
     # one forward of the root around the trunk and the head (FSDP2 gathers the head only there)
-    return as_forward(model, lambda: head_logprobs(model, ids, attn, mask, chunk, plan, rows))
+    return as_forward(model, lambda: head_logprobs(model, ids, attn, mask, chunk=chunk, plan=plan, rows=rows))
 
 
-def head_logprobs(model, ids, attn, mask, chunk, plan, rows):
+def head_logprobs(model, ids, attn, mask, *, chunk, plan, rows):
     """token_logprobs' work: the trunk (whole rows, or `shared_states` for a share plan), then
     the head and log-softmax in checkpointed chunks of masked positions."""
     if plan is None:
@@ -57,7 +57,7 @@ def head_logprobs(model, ids, attn, mask, chunk, plan, rows):
         h = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state  # (B, L, H) normed
         flat, at = h.flatten(0, 1), torch.arange(ids.numel(), device=ids.device).view_as(ids)  # (B·L, H), (B, L)
     else:
-        flat, at = shared_states(model, *plan, rows)
+        flat, at = shared_states(model, *plan, rows=rows)
     sel = mask[:, 1:].bool()                                                   # (B, L-1) token t+1 from state t
     hs, tgt = flat[at[:, :-1][sel]], ids[:, 1:][sel]                           # (N, H), (N,)
     head = model.get_output_embeddings()
@@ -152,7 +152,7 @@ def length_chunks(lengths, rows, fill=FILL):
     return parts
 
 
-def shared_states(model, tokens, n, start, g, P, rows=None):
+def shared_states(model, tokens, n, start, g, P, *, rows=None):
     """The final normed hidden states of every row, each group's prefix computed once.
 
     One forward over the groups' prefixes (n_groups, max P), right-padded, keeps each layer's

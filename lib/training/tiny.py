@@ -135,10 +135,10 @@ def world_texts(tasks, convs):
         yield from (encodable(m["content"]) for m in c)
 
 
-def build(out, texts, seed=0, hidden=SIZE[0], layers=SIZE[1], heads=SIZE[2], vocab_size=2048):
-    """Train the tokenizer on `texts`, build the model, save both under `out`."""
+def build(out, texts, seed=0, size=SIZE, vocab_size=2048):
+    """Train the tokenizer on `texts`, build the model of `size` (hidden, layers, heads), save both under `out`."""
     tok = build_tokenizer(texts, vocab_size)
-    model = build_model(tok, seed, hidden, layers, heads)
+    model = build_model(tok, seed, *size)
     tok.save_pretrained(out)
     model.save_pretrained(out)
     return out
