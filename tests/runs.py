@@ -47,8 +47,9 @@ def run(cmd, out, rl, sft, *extra):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def killed_then_resumed(out, rl, sft, *extra):
-    """SIGKILL a run once checkpoint 2 is on disk, check it died mid-run, then --resume it to the end:
+def killed_then_resumed(out, rl, sft, *extra, bare=False):
+    """SIGKILL a run once checkpoint 2 is on disk, check it died mid-run, then --resume it to the end
+    (`bare`: as `train.py --out OUT --resume` alone, its config read back from OUT/config.json):
     the resumed run's log."""
     p = run(["train.py"], out, rl, sft, *extra)
     deadline = time.time() + 300
@@ -57,7 +58,9 @@ def killed_then_resumed(out, rl, sft, *extra):
     p.send_signal(signal.SIGKILL)
     p.communicate()
     assert not os.path.isdir(os.path.join(out, "final"))               # it really died mid-run
-    p = run(["train.py"], out, rl, sft, *extra, "--resume")
+    p = run(["train.py"], out, rl, sft, *extra, "--resume") if not bare else subprocess.Popen(
+        [sys.executable, "train.py", "--out", str(out), "--resume"], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": THREADS, "PYTHONPATH": ROOT})
     log = p.communicate(timeout=300)[0]
     assert p.returncode == 0, log
     assert "resumed from" in log

@@ -48,6 +48,15 @@ def test_sigkill_between_steps_then_resume_is_bit_exact(reference):
 
 
 @pytest.mark.slow
+def test_out_and_resume_alone_read_the_run_back_and_end_bit_exact(reference):
+    """`train.py --out DIR --resume`, no other flag: the run's settings come from DIR/config.json, saved whole."""
+    tmp, rl, sft, want = reference
+    out = tmp / "bare"
+    killed_then_resumed(out, rl, sft, bare=True)
+    assert same(weights(out), want)
+
+
+@pytest.mark.slow
 def test_sigkill_during_checkpoint_write_is_ignored_on_resume(reference):
     tmp, rl, sft, want = reference
     out = tmp / "torn"

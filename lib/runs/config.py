@@ -350,11 +350,35 @@ class HelpAll(argparse.Action):
 
 
 def get_args(p, argv, check_episode):
-    """The run's config: parser `p`'s flags over their preset file, then check_args."""
-    a = with_preset(p, argv, p.parse_args(argv))
+    """The run's config: parser `p`'s flags over their preset file, or with --resume over the config.json of the run
+    it continues (so `--out DIR --resume` alone continues it as it was started; a flag given still wins, and
+    lib/runs/runfolder.py check_resume refuses one that changes the run); then check_args."""
+    first = p.parse_args(argv)
+    if saved := saved_config(p, first):
+        p.set_defaults(**saved)
+        a = p.parse_args(argv)
+        a.dtype_note = None
+    else:
+        a = with_preset(p, argv, first)
     a.out = a.out or f"runs/{a.algo}-s{a.seed}"
     check_args(p, a, check_episode)
     return a
+
+
+def saved_config(p, a):
+    """With --resume, the flags of parser `p` saved in the config.json of --out (default runs/<algo>-s<seed>);
+    {} otherwise, or when there is none to read (train.py then names what is missing, in one line)."""
+    if not a.resume:
+        return {}
+    try:
+        with open(os.path.join(a.out or f"runs/{a.algo}-s{a.seed}", "config.json")) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(saved, dict):
+        return {}
+    dests = {act.dest for act in p._actions} - {"resume", "overwrite"} - ({"lora_alpha"} if not saved.get("lora_r") else set())
+    return {k: v for k, v in saved.items() if k in dests}  # lora_alpha without LoRA: check_args' 2 r = 0, not a flag given
 
 
 def check_extensions(p, a):
