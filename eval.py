@@ -158,8 +158,9 @@ class Frozen:
                 "judges.JUDGE_PROMPT"})
 
 
-EPISODE = [Part(Episode, only=("max_prompt_tokens", "max_turns", "max_tool_rounds", "sampler")),
-           Part(rewards.HierR, only=("strict_calls", "summary_gate", "reward_input")), Frozen,
+READING = ("strict_calls", "summary_gate", "reward_input")  # rewards.HierR's fields on how model output is read
+EPISODE = [Part(Episode, skip=("temperature", "max_tokens", "gen_batch")),  # toucan: greedy, --max-tokens, --batch-size
+           Part(rewards.HierR, only=READING), Frozen,
            client_part("sim"), client_part("judge")]  # the flags deciding an episode and its scores, both commands'
 
 

@@ -46,7 +46,7 @@ from loss import Clip, grad_cosine, normaliser, policy_loss
 from rollout import Episode, collate, prompt_ids, rollout
 from segment import decision_mask
 from simulator import unrecorded
-from eval import EPISODE, check_episode_flags, evaluate, format_table, frozen_llms, metrics
+from eval import EPISODE, READING, check_episode_flags, evaluate, format_table, frozen_llms, metrics
 from lib.inputs.data import DataError, drop_long, load_sft, load_tasks
 from lib.inputs.text import set_json_depth, take_unencodable
 from lib.training import lora, tiny
@@ -76,8 +76,7 @@ TABLE = [
     ("RL", [Part(Credit, only=("algo",)), config.RL, Part(Episode, only=("temperature", "max_tokens", "gen_batch"))]),
     ("loss (docs/method.md §4)", [Clip]),                                                # loss.py
     ("rewards and advantages (docs/method.md §2-3)",
-     [Part(rewards.HierR, only=("hierr_weights", "lam_tool", "lam_sum", "succ_judge", "extra_call_cost",
-                                "extra_block_cost")), Credit]),                          # rewards.py, advantage.py
+     [Part(rewards.HierR, skip=READING), Credit]),                                   # rewards.py, advantage.py
     ("the episode and its scoring (shared with eval.py toucan; docs/method.md §2, §5, §6)", EPISODE),  # eval.py
     ("simulator and judge in training", [config.Guards]),
     ("run", [config.Run]),

@@ -434,3 +434,25 @@ def test_gpu_probe_says_no_gpu_and_runs_a_cpu_smoke_step(capsys, monkeypatch):
     assert probe.main(["--sizes", "tiny", "--device", "cpu", "--prompts", "1", "--group-size", "2",
                        "--new-tokens", "4", "--prompt-tokens", "8", "--sampler", "compiled"]) == 0
     assert "sampler compile" in capsys.readouterr().out
+
+
+def test_a_new_knob_is_one_field_of_the_module_that_uses_it():
+    """A field added to a module's settings dataclass (here a fork of rewards.HierR) is train.py's flag, in that
+    module's group, with its help, range and default, and the module's object gets its value: nothing else changes
+    (docs/training.md "Adding a knob")."""
+    import dataclasses
+    import rewards
+    knob = dataclasses.field(default=0.5, metadata={"help": "a forker's knob", "range": "[0, 1]"})
+    fork = dataclasses.make_dataclass("HierR", [("fork_knob", float, knob)], bases=(rewards.HierR,), frozen=True)
+    table = [(title, [dataclasses.replace(p, cls=fork) if getattr(p, "cls", None) is rewards.HierR else p for p in parts])
+             for title, parts in train.TABLE]
+    p = config.parser(table)
+    [group] = [g.title for g in p._action_groups for a in g._group_actions if a.dest == "fork_knob"]
+    assert group.startswith("rewards and advantages")
+    [act] = [a for a in p._actions if a.dest == "fork_knob"]
+    flag = "--" + act.dest.replace("_", "-")                                          # named as the field
+    assert act.option_strings == [flag] and act.help == "a forker's knob; in [0, 1]" and act.default == 0.5
+    assert config.settings(fork, p.parse_args([flag, "0.25"])).fork_knob == 0.25
+    assert config.settings(fork, p.parse_args([])).fork_knob == 0.5
+    with pytest.raises(SystemExit):
+        config.check_bounds(p, p.parse_args([flag, "2"]))

@@ -206,10 +206,12 @@ class Diagnostics:
 # the flag table, generated from the settings dataclasses
 @dataclass(frozen=True)
 class Part:
-    """Some fields of a settings dataclass in a group of the flag table: `only` these (all if empty), each flag
-    --{prefix}{name} (a frozen LLM's role, "sim_": --sim-url), `defaults` overriding the fields' own."""
+    """Some fields of a settings dataclass in a group of the flag table: `only` these (all if empty) but those in
+    `skip`, each flag --{prefix}{name} (a frozen LLM's role, "sim_": --sim-url), `defaults` overriding the fields' own.
+    A field added to the dataclass is a flag of every group that does not name its fields with `only`."""
     cls: type
     only: tuple = ()
+    skip: tuple = ()
     prefix: str = ""
     defaults: dict = field(default_factory=dict)
 
@@ -223,7 +225,7 @@ def flags(g, part, preset_keys=()):
     seen = {act.dest for act in g._actions}
     for f in dataclasses.fields(part.cls):
         dest = part.prefix + f.name
-        if (part.only and f.name not in part.only) or dest in seen:
+        if (part.only and f.name not in part.only) or f.name in part.skip or dest in seen:
             continue
         meta, kind = f.metadata, plain_type(f.type)
         default = part.defaults.get(f.name, f.default)
