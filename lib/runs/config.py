@@ -337,7 +337,7 @@ def parser(table):
 
 
 class HelpAll(argparse.Action):
-    """--help-all: the help with the HIDDEN flags shown too, in their groups; then exit."""
+    """--help-all: the help with the hidden fields' flags shown too, in their groups; then exit."""
 
     def __init__(self, option_strings, dest, help=None):
         super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
