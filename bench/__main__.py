@@ -133,7 +133,8 @@ def main(argv=None):
     resume(a.out, fp)  # a mismatch stops here, before any model loads
     if a.bench == "bfcl":
         agent = role_generate(a, "agent", a.max_tokens, a.temperature, framing=a.framing, keep_system=False, loaded={})
-        summary = bfcl.run_bfcl(agent, a.categories, a.limit, a.batch_size, a.out, fp, a.missing_zero)
+        summary = bfcl.run_bfcl(agent, categories=a.categories, limit=a.limit, batch_size=a.batch_size, out_jsonl=a.out,
+                                fingerprint=fp, missing_zero=a.missing_zero)
         rows = {**summary["per_category"],
                 **{k: {"accuracy": v} for k, v in summary.items() if k != "per_category"}}
         print(text_table(rows, [("total", "n"), ("accuracy", "accuracy")], width=10))
