@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rewards import LAM  # λ_tool = λ_sum of Eqs. 4 and 8: one pair of flags sets both
+from rewards import lam  # λ_tool and λ_sum of Eqs. 4 and 8: one pair of flags sets both
 from segment import run_index
 
 from lib.training.groups import normalize
@@ -160,8 +160,8 @@ class Credit:
     """Who gets which advantage: train.py's flags of the same names ("rewards and advantages")."""
     algo: str = field(default=ALGOS[0], metadata={
         "choices": ALGOS, "help": "grpo = the 'w/o SLCA' ablation; toolpo = the release's additive baseline (Eq. 13)"})
-    lam_tool: float = field(default=LAM, metadata={"help": "λ_tool of Eqs. 4 and 8", "range": "[0, 100]"})
-    lam_sum: float = field(default=LAM, metadata={"help": "λ_sum of Eqs. 4 and 8", "range": "[0, 100]"})
+    lam_tool: float = lam("tool")
+    lam_sum: float = lam("sum")
     turn_credit: float = field(default=TURN_CREDIT, metadata={
         "metavar": "OMEGA", "range": "[0, 100]",
         "help": "ω of README Eq. 14 (--algo slca only, a project extension): tool turn k's tokens also get ω x the "

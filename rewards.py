@@ -48,6 +48,12 @@ INPUTS = ("policy", "decoded")  # the process score reads: the policy's own text
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 
 
+def lam(segment):
+    """The settings field of λ_tool or λ_sum (`segment` "tool" or "sum"): one flag sets Eq. 4's and Eq. 8's, so
+    HierR and advantage.Credit both hold it, defined here once."""
+    return field(default=LAM, metadata={"help": f"λ_{segment} of Eqs. 4 and 8", "range": "[0, 100]"})
+
+
 @dataclass(frozen=True)
 class HierR:
     """The reward's knobs: train.py's flags of the same names. The first six are the training reward's
@@ -56,8 +62,8 @@ class HierR:
     hierr_weights: tuple = field(default=tuple(WEIGHTS.values()), metadata={
         "nargs": 5, "type": float, "metavar": ("FORMAT", "NAME", "KEY", "VALUE", "PARALLEL"), "range": "[0, 100]",
         "help": "Eq. 2's; 0 0 0 0 0 = 'w/o HierR'"})
-    lam_tool: float = field(default=LAM, metadata={"help": "λ_tool of Eqs. 4 and 8", "range": "[0, 100]"})
-    lam_sum: float = field(default=LAM, metadata={"help": "λ_sum of Eqs. 4 and 8", "range": "[0, 100]"})
+    lam_tool: float = lam("tool")
+    lam_sum: float = lam("sum")
     succ_judge: bool = field(default=False, metadata={
         "help": "ToolPO's R_succ from the judge's Solved/Unsolved (the paper's main rows) instead of the reference "
                 "rule over the gold calls"})

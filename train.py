@@ -56,14 +56,13 @@ from lib.training.logprobs import NO_GRAD_ROWS, micro_batches, token_logprobs
 from lib.training.model import load_policy
 from lib.training.optim import optimizer_step
 from lib.training.precision import autocast, bf16_note, cast_once, frozen_cast
-from lib.training.sft import SFT, warm_start
-from lib.training import sft
+from lib.training.sft import SFT, SFT_FLAGS, warm_start
 from lib.frozen import llm
 from lib.runs import config, loop
 from lib.runs.checkpoints import save_checkpoint, save_final
+from lib.runs.config import Part
 from lib.runs.files import Logs
 from lib.runs.runfolder import check_folder, lock, open_run, stop_if_asked, stop_requests, writing
-from lib.runs.config import Part, settings
 from lib.runs.threads import Threads
 
 # ---------------------------------------------------------------------------------------------
@@ -72,11 +71,10 @@ from lib.runs.threads import Threads
 TABLE = [
     ("model", [config.Model]),
     ("data", [config.Data]),
-    ("SFT warm start", [Part(SFT, only=sft.FLAGS)]),                                     # lib/training/sft.py
+    ("SFT warm start", [Part(SFT, only=SFT_FLAGS)]),                              # lib/training/sft.py
     ("RL", [Part(Credit, only=("algo",)), config.RL, Part(Episode, only=("temperature", "max_tokens", "gen_batch"))]),
-    ("loss (docs/method.md §4)", [Clip]),                                                # loss.py
-    ("rewards and advantages (docs/method.md §2-3)",
-     [Part(rewards.HierR, skip=READING), Credit]),                                   # rewards.py, advantage.py
+    ("loss (docs/method.md §4)", [Clip]),                                         # loss.py
+    ("rewards and advantages (docs/method.md §2-3)", [Part(HierR, skip=READING), Credit]),  # rewards.py, advantage.py
     ("the episode and its scoring (shared with eval.py toucan; docs/method.md §2, §5, §6)", EPISODE),  # eval.py
     ("simulator and judge in training", [config.Guards]),
     ("run", [config.Run]),
@@ -94,11 +92,6 @@ def get_args(argv=None):
     return config.get_args(parser(), argv, check_episode_flags)
 
 
-def sft_config(a):
-    """The warm start's settings (lib/training/sft.py) from the flags."""
-    return settings(SFT, a)
-
-
 # ---------------------------------------------------------------------------------------------
 # the RL step: rollouts -> rewards -> advantages -> old and reference log-probs -> PPO update
 def backward(model, batch, idx, mask_key, norm, a):
@@ -106,7 +99,7 @@ def backward(model, batch, idx, mask_key, norm, a):
     tokens of `mask_key`; `norm` is the mini-batch's N (loss.normaliser, summed over ranks).
     FSDP averages gradients over ranks, so each rank's loss is scaled by the world size.
     Returns the stats summed over micro-batches."""
-    stats, clip = {}, settings(Clip, a)
+    stats, clip = {}, config.settings(Clip, a)
     for rows, mb in micro_batches(batch, idx, a.micro_batch, a.group_size):
         lp = token_logprobs(model, mb["input_ids"], mb["attention_mask"], mb["response_mask"],
                             groups=torch.tensor(rows) // a.group_size)      # each prompt runs once
@@ -172,7 +165,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, *, frozen, a, step, bad):
     loss.Clip) are read from the run's flags `a` by name. Returns (metrics over all ranks, rollouts, scores,
     per-turn rewards, (adv_tool, adv_sum, keep), bad-update count)."""
     G, (sim, judge) = a.group_size, frozen
-    hierr, credit = settings(HierR, a), settings(Credit, a)
+    hierr, credit = config.settings(HierR, a), config.settings(Credit, a)
     groups = [g for g in group_ids for _ in range(G)]
     model.eval()
     take_unencodable()  # from here on: this step's text (prompts, observations)
@@ -181,7 +174,7 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, *, frozen, a, step, bad):
     # this step's weights and freed before the update (lib.training.precision.cast_once; FSDP2 gathers them in bf16)
     with cast_once(model, a.dtype):
         with gathered(model):
-            rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, settings(Episode, a), groups)
+            rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, config.settings(Episode, a), groups)
         t_roll = time.time() - t0
         scores = score_rollouts(rs, judge, replace(hierr, succ_judge=hierr.succ_judge and credit.algo == "toolpo"),
                                 tok=tok)                                                    # Eqs. 2-5 (16)
@@ -326,7 +319,7 @@ def sft_stage(a, model, tok, convs, logs, *, threads, got, rank):
         stop_if_asked(got, rank == 0)
     model = adapter(a, model)
     with autocast(a.dtype, a.device):
-        warm_start(model, tok, convs, sft_config(a), sft_row)
+        warm_start(model, tok, convs, config.settings(SFT, a), sft_row)
     model = lora.merge(model) if a.lora_r else model  # the SFT policy: base + adapter, now the frozen base
     save_final(model, tok, os.path.join(a.out, "sft"), rank, info={"logs": logs.sizes()})
     return model
@@ -387,8 +380,8 @@ def run_eval(model, tok, evals, frozen, a, *, rank, logs, label, step):
     if not evals:
         return None
     with gathered(model.eval()), cast_once(model, a.dtype), autocast(a.dtype, a.device):
-        scores, _ = evaluate(model, tok, evals[rank::world()], *frozen, episode=settings(Episode, a),
-                             hierr=settings(HierR, a))
+        scores, _ = evaluate(model, tok, evals[rank::world()], *frozen, episode=config.settings(Episode, a),
+                             hierr=config.settings(HierR, a))
     mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)
     summary = metrics([s for _, s in sorted(gather(mine), key=lambda x: x[0])])
     logs.write({"label": label, "step": step, **summary}, "eval")

@@ -15,6 +15,7 @@ import simulator
 import train
 from integrations.trl import SLCAGRPOTrainer
 from lib.inputs.data import load_sft, load_tasks
+from lib.runs.config import settings
 from lib.training import sft, tiny
 from rollout import Episode
 from segment import segment_masks
@@ -38,7 +39,7 @@ def caller(tmp_path_factory):
     convs = load_sft(write_caller_sft(d / "sft.jsonl"))
     tok, model = tokenizer(), tiny_model()
     a = train.get_args(["--data", rl, "--sft-lr", "1e-2", "--sft-batch", "4", "--sft-epochs", "60"])
-    sft.warm_start(model, tok, convs, train.sft_config(a), lambda row: None)
+    sft.warm_start(model, tok, convs, settings(sft.SFT, a), lambda row: None)
     model.save_pretrained(d / "policy")
     tok.save_pretrained(d / "policy")
     return str(d / "policy"), tok, load_tasks(rl)

@@ -160,7 +160,7 @@ def test_sft_takes_its_own_weight_decay(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.optim, "AdamW", adamw)
     rl, sft_path = write_world(tmp_path, n_sft=2)
     a = train.get_args(["--data", rl, "--sft-batch", "2", "--sft-epochs", "1", "--sft-weight-decay", "0"])
-    sft.warm_start(tiny_model(), tokenizer(), load_sft(sft_path), train.sft_config(a), lambda row: None)
+    sft.warm_start(tiny_model(), tokenizer(), load_sft(sft_path), config.settings(sft.SFT, a), lambda row: None)
     assert seen == [0.0] and a.weight_decay == 0.01                 # RL keeps its own 0.01
 
 

@@ -133,3 +133,15 @@ def test_a_read_only_out_is_one_line(tmp_path):
         lines = (p.stdout + p.stderr).strip().splitlines()
         assert p.returncode == 1 and lines[-1].startswith(f"cannot write {out / '.lock'}: "), p.stdout + p.stderr
         assert (out / "metrics.jsonl").read_text() == '{"step": 0}\n'
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "{not json", "[1, 2]"])
+def test_resume_of_a_hostile_config_json_is_one_line(tmp_path, text):
+    """`--out DIR --resume` reads DIR/config.json back: one nested past json's stack, one that does not parse and
+    one that holds no object each stop in one line naming the file, before anything loads."""
+    import train
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text(text)
+    with pytest.raises(SystemExit, match=r"^--resume: .*config\.json (is not valid JSON|holds no JSON object)"):
+        train.main(["--out", str(out), "--resume"])

@@ -69,7 +69,7 @@ def test_sft_loss_falls(world):
     from lib.inputs.data import load_sft
     rows = []
     model = tiny_model()
-    sft.warm_start(model, tokenizer(), load_sft(sft_path), train.sft_config(a), rows.append)
+    sft.warm_start(model, tokenizer(), load_sft(sft_path), config.settings(sft.SFT, a), rows.append)
     losses = [r["loss"] for r in rows]
     assert len(losses) == 16 and all(math.isfinite(x) for x in losses)
     assert losses[-1] < 0.5 * losses[0]

@@ -33,6 +33,7 @@ from lib.training import lora, tiny
 from lib.training.precision import auto_dtype
 from lib.frozen import llm
 from lib.runs.loop import BLIND_STEPS, UNSCORED
+from lib.runs.runfolder import Unusable, read_json
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
 WHY = {"demo": "no --model; --preset paper for the paper's recipe",           # the default's reason, by --model
@@ -373,11 +374,8 @@ def saved_config(p, a):
     if not a.resume:
         return {}
     try:
-        with open(os.path.join(a.out or f"runs/{a.algo}-s{a.seed}", "config.json")) as f:
-            saved = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(saved, dict):
+        saved = read_json(os.path.join(a.out or f"runs/{a.algo}-s{a.seed}", "config.json"))
+    except Unusable:
         return {}
     dests = {act.dest for act in p._actions} - {"resume", "overwrite"} - ({"lora_alpha"} if not saved.get("lora_r") else set())
     return {k: v for k, v in saved.items() if k in dests}  # lora_alpha without LoRA: check_args' 2 r = 0, not a flag given

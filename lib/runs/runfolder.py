@@ -189,7 +189,7 @@ def read_json(path):
             x = json.load(f)
     except FileNotFoundError:
         raise Unusable(f"{path} is missing") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested past json's stack
         raise Unusable(f"{path} is not valid JSON ({os.path.getsize(path)} bytes: {reason(e)})") from None
     if not isinstance(x, dict):
         raise Unusable(f"{path} holds no JSON object")

@@ -117,7 +117,7 @@ class SFT:
     device: str | None = None      # where the batches go (None: torch's default; --device)
 
 
-FLAGS = tuple(f.name for f in fields(SFT) if f.name.startswith("sft_"))  # the "SFT warm start" group of train.py
+SFT_FLAGS = tuple(f.name for f in fields(SFT) if f.name.startswith("sft_"))  # train.py's "SFT warm start" group
 
 
 def passes(rows, micro_batch, tokens, pad_id):
