@@ -176,13 +176,28 @@ def check_episode_flags(p, a, solved_prompt=None):
         p.error(str(e))
 
 
-def frozen_llms(a):
-    """The simulator (simulator.Simulator) and the judge (rewards.summary_judge) the episode flags name, and
-    their two clients (None when not set): the flags passed on, nothing decided here."""
-    sim_client, judge_client = llm_client(a, "sim"), llm_client(a, "judge")
-    sim = Simulator(a.sim_backend, sim_client, schema_check=a.schema_check, ablate=a.no_sgls, cache_dir=a.sim_cache,
-                    malformed=a.malformed, parse=a.sim_parse, prompt=a.sim_template)
-    return sim, rewards.summary_judge(judge_client, a.judge_template, a.solved_template), (sim_client, judge_client)
+@dataclass(frozen=True)
+class Templates:
+    """The frozen LLMs' prompt texts, read once from --sim-prompt, --judge-prompt and --solved-prompt by
+    check_episode_flags (saved whole in a run's config.json)."""
+    sim_template: str = PROMPT
+    judge_template: str = judges.JUDGE_PROMPT
+    solved_template: str = judges.SOLVED_PROMPT
+
+
+def frozen_llms(frozen, templates, clients):
+    """The simulator (simulator.Simulator) and the judge (rewards.summary_judge) under `frozen` (a Frozen) and
+    `templates` (a Templates), answered by `clients` (sim, judge: lib.frozen.llm clients, None offline)."""
+    sim = Simulator(frozen.sim_backend, clients[0], schema_check=frozen.schema_check, ablate=frozen.no_sgls,
+                    cache_dir=frozen.sim_cache, malformed=frozen.malformed, parse=frozen.sim_parse,
+                    prompt=templates.sim_template)
+    return sim, rewards.summary_judge(clients[1], templates.judge_template, templates.solved_template)
+
+
+def frozen_from_flags(a):
+    """frozen_llms under a command's flags (train.py's, eval.py toucan's): (simulator, judge, their clients)."""
+    clients = llm_client(a, "sim"), llm_client(a, "judge")
+    return (*frozen_llms(settings(Frozen, a), settings(Templates, a), clients), clients)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,7 +262,7 @@ def main(argv=None):
     tasks, dropped = drop_long(load_tasks(a.data)[:a.limit], lambda t: len(prompt_ids(tok, t)), a.max_prompt_tokens)
     if dropped:
         print(f"dropped {dropped} prompts over --max-prompt-tokens {a.max_prompt_tokens}")
-    sim, judge, _ = frozen_llms(a)
+    sim, judge, _ = frozen_from_flags(a)
     with cast_once(model, a.dtype), autocast(a.dtype, a.device):  # no weight changes: one cast of them
         summary, _ = run_toucan(model.eval(), tok, tasks, sim, judge, out_jsonl=a.out, fingerprint=fp,
                                 episode=settings(Episode, {**vars(a), "gen_batch": a.batch_size}),

@@ -34,7 +34,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 from tqdm import tqdm
@@ -46,7 +46,8 @@ from loss import Clip, grad_cosine, normaliser, policy_loss
 from rollout import Episode, collate, prompt_ids, rollout
 from segment import decision_mask
 from simulator import unrecorded
-from eval import EPISODE, READING, check_episode_flags, evaluate, format_table, frozen_llms, metrics
+from eval import (EPISODE, READING, Frozen, Templates, check_episode_flags, evaluate, format_table, frozen_llms,
+                  metrics)
 from lib.inputs.data import DataError, drop_long, load_sft, load_tasks
 from lib.inputs.text import set_json_depth, take_unencodable
 from lib.training import lora, tiny
@@ -92,19 +93,48 @@ def get_args(argv=None):
     return config.get_args(parser(), argv, check_episode_flags)
 
 
+@dataclass(frozen=True)
+class Settings:
+    """The run's settings, made once from its flags (`Settings.of(a)`): one object per module that uses them,
+    TABLE's dataclasses, and `flags`, the whole config as config.json saves it."""
+    model: config.Model
+    data: config.Data
+    sft: SFT
+    rl: config.RL
+    clip: Clip                # loss.py
+    hierr: HierR              # rewards.py
+    credit: Credit            # advantage.py
+    episode: Episode          # rollout.py
+    frozen: Frozen            # eval.py: the simulator and the judge
+    templates: Templates      # eval.py: their prompt texts
+    sim: llm.Client           # their endpoints (--sim-*, --judge-*)
+    judge: llm.Client
+    guards: config.Guards
+    run: config.Run
+    diagnostics: config.Diagnostics
+    flags: dict
+
+    @classmethod
+    def of(cls, a):
+        """The settings of parsed flags `a` (get_args; a.device resolved)."""
+        made = {f.name: config.settings(f.type, a) for f in fields(cls) if f.name not in ("sim", "judge", "flags")}
+        return cls(**made, sim=config.settings(llm.Client, a, prefix="sim_"),
+                   judge=config.settings(llm.Client, a, prefix="judge_"), flags=dict(vars(a)))
+
+
 # ---------------------------------------------------------------------------------------------
 # the RL step: rollouts -> rewards -> advantages -> old and reference log-probs -> PPO update
-def backward(model, batch, idx, mask_key, norm, a):
+def backward(model, batch, idx, mask_key, norm, s):
     """Accumulate the gradient of the loss (Eqs. 9-12) over rows `idx`, counting only the
     tokens of `mask_key`; `norm` is the mini-batch's N (loss.normaliser, summed over ranks).
     FSDP averages gradients over ranks, so each rank's loss is scaled by the world size.
     Returns the stats summed over micro-batches."""
-    stats, clip = {}, config.settings(Clip, a)
-    for rows, mb in micro_batches(batch, idx, a.micro_batch, a.group_size):
+    stats, G = {}, s.rl.group_size
+    for rows, mb in micro_batches(batch, idx, s.rl.micro_batch, G):
         lp = token_logprobs(model, mb["input_ids"], mb["attention_mask"], mb["response_mask"],
-                            groups=torch.tensor(rows) // a.group_size)      # each prompt runs once
+                            groups=torch.tensor(rows) // G)                 # each prompt runs once
         loss, st = policy_loss(lp, mb["old_logprobs"], mb.get("ref_logprobs"), mb["advantages"], mb[mask_key], norm,
-                               clip=clip)
+                               clip=s.clip)
         (loss * world()).backward()
         st["loss"] = loss.item()
         for k, v in st.items():
@@ -112,23 +142,23 @@ def backward(model, batch, idx, mask_key, norm, a):
     return stats
 
 
-def ppo_update(model, opt, batch, a, bad):
+def ppo_update(model, opt, batch, s, bad):
     """PPO on one rollout batch (this rank's rows, G per prompt; besides rollout.collate's tensors it holds
     "old_logprobs", "ref_logprobs" (none without a reference) and "advantages", each (B, L)): one optimizer
     step per mini-batch of prompts, `ppo_epochs` passes. Returns (stats summed over updates, bad count)."""
     model.train()
     B = len(batch["input_ids"])
-    per_mb = a.mini_batch // world() * a.group_size                         # rows of one mini-batch here
+    per_mb = s.rl.mini_batch // world() * s.rl.group_size                   # rows of one mini-batch here
     stats = {"loss": 0.0, "grad_norm": 0.0, "skipped": 0, "updates": 0}
-    for epoch in range(a.ppo_epochs):
-        for s in range(0, B, per_mb):
-            idx = list(range(s, min(s + per_mb, B)))
-            if a.grad_cosine and epoch == 0 and s == 0:
+    for epoch in range(s.rl.ppo_epochs):
+        for first in range(0, B, per_mb):
+            idx = list(range(first, min(first + per_mb, B)))
+            if s.diagnostics.grad_cosine and epoch == 0 and first == 0:
                 stats["grad_cosine"] = grad_cosine(model, lambda key: backward(
-                    model, batch, idx, key, normaliser(batch[key][idx], a.loss_agg), a))
-            st = backward(model, batch, idx, "response_mask", normaliser(batch["response_mask"][idx], a.loss_agg), a)
+                    model, batch, idx, key, normaliser(batch[key][idx], s.clip.loss_agg), s))
+            st = backward(model, batch, idx, "response_mask", normaliser(batch["response_mask"][idx], s.clip.loss_agg), s)
             loss = all_sum(st.pop("loss"))
-            bad, norm, stepped = optimizer_step(model, opt, loss, a.grad_clip, a.max_bad_updates, bad)
+            bad, norm, stepped = optimizer_step(model, opt, loss, s.rl.grad_clip, s.run.max_bad_updates, bad)
             for k, v in st.items():
                 stats[k] = stats.get(k, 0.0) + v
             stats["loss"] += loss
@@ -138,18 +168,18 @@ def ppo_update(model, opt, batch, a, bad):
     return stats, bad
 
 
-def old_and_ref_logprobs(model, ref, batch, a):
+def old_and_ref_logprobs(model, ref, batch, s):
     """log π_old of Eq. 9 (as sampled, or recomputed with --old-logprobs recompute) and log π_ref
     of Eq. 11 (without a reference, none), each (B, L), before any update: into batch["old_logprobs"]
     and batch["ref_logprobs"], from batch["logprobs"]."""
-    G = a.group_size
+    G = s.rl.group_size
     old = batch.pop("logprobs").float() * batch["response_mask"]                    # (B, L)
     refl = torch.zeros_like(old) if ref is not None else None
     with torch.no_grad():  # each prompt once; the responses in passes of similar length, NO_GRAD_ROWS rows at most
-        for rows, mb in micro_batches(batch, list(range(len(old))), max(a.micro_batch, G), G):
+        for rows, mb in micro_batches(batch, list(range(len(old))), max(s.rl.micro_batch, G), G):
             L, groups = mb["input_ids"].shape[1], torch.tensor(rows) // G
             x = (mb["input_ids"], mb["attention_mask"], mb["response_mask"])
-            if a.old_logprobs == "recompute":
+            if s.rl.old_logprobs == "recompute":
                 old[rows, :L] = token_logprobs(model, *x, groups=groups, rows=NO_GRAD_ROWS)
             if ref is not None:
                 with lora.adapters_off(ref):  # with LoRA, ref is the policy itself: its adapters off
@@ -159,22 +189,20 @@ def old_and_ref_logprobs(model, ref, batch, a):
         batch["ref_logprobs"] = refl
 
 
-def rl_step(model, ref, tok, opt, tasks, group_ids, *, frozen, a, step, bad):
-    """One rollout batch (this rank's prompts `tasks`, G rollouts each) and its PPO update; `frozen`: the
-    simulator and the judge. The method modules' settings (rewards.HierR, advantage.Credit, rollout.Episode,
-    loss.Clip) are read from the run's flags `a` by name. Returns (metrics over all ranks, rollouts, scores,
+def rl_step(model, ref, tok, opt, tasks, group_ids, *, frozen, s, step, bad):
+    """One rollout batch (this rank's prompts `tasks`, G rollouts each) and its PPO update under the run's
+    Settings `s`; `frozen`: the simulator and the judge. Returns (metrics over all ranks, rollouts, scores,
     per-turn rewards, (adv_tool, adv_sum, keep), bad-update count)."""
-    G, (sim, judge) = a.group_size, frozen
-    hierr, credit = config.settings(HierR, a), config.settings(Credit, a)
+    G, (sim, judge), hierr, credit, dev = s.rl.group_size, frozen, s.hierr, s.credit, s.model.device
     groups = [g for g in group_ids for _ in range(G)]
     model.eval()
     take_unencodable()  # from here on: this step's text (prompts, observations)
     t0 = time.time()
     # one process below float32: sampling and the old log-probs read one cast of the weights, made here from
     # this step's weights and freed before the update (lib.training.precision.cast_once; FSDP2 gathers them in bf16)
-    with cast_once(model, a.dtype):
+    with cast_once(model, s.model.dtype):
         with gathered(model):
-            rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, config.settings(Episode, a), groups)
+            rs = rollout(model, tok, [t for t in tasks for _ in range(G)], sim, s.episode, groups)
         t_roll = time.time() - t0
         scores = score_rollouts(rs, judge, replace(hierr, succ_judge=hierr.succ_judge and credit.algo == "toolpo"),
                                 tok=tok)                                                    # Eqs. 2-5 (16)
@@ -183,10 +211,10 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, *, frozen, a, step, bad):
         # a rollout that lost a tool answer or its rating to the network is not trained on (--keep-failed: it is)
         sim_fail = torch.tensor([r.failed > 0 for r in rs])                                 # (B,)
         judge_fail = torch.tensor([bool(s.get("judge_failed")) for s in scores])            # (B,)
-        keep = ~(sim_fail | judge_fail) | a.keep_failed                                     # (B,)
-        batch = {k: v.to(a.device) for k, v in collate(rs, tok.pad_token_id).items()}
+        keep = ~(sim_fail | judge_fail) | s.guards.keep_failed                              # (B,)
+        batch = {k: v.to(dev) for k, v in collate(rs, tok.pad_token_id).items()}
         for k in ("response_mask", "tool_mask", "summary_mask"):
-            batch[k] = batch[k] * keep.to(a.device)[:, None]
+            batch[k] = batch[k] * keep.to(dev)[:, None]
         gids = torch.tensor(groups)                                                         # (B,)
         decision = (decision_mask(batch["response_mask"], batch["input_ids"], tok.decode)
                     if credit.decision_credit == "tool" else None)                         # (B, L) Eq. 15's d
@@ -194,16 +222,16 @@ def rl_step(model, ref, tok, opt, tasks, group_ids, *, frozen, a, step, bad):
                                                decision=decision)                          # (B, L) Eqs. 6-8, 13-15
         slca = slca_terms(scores, turn_r, batch, keep, gids, credit)                       # for the logs, any --algo
         t_lp = time.time()
-        old_and_ref_logprobs(model, ref, batch, a)
+        old_and_ref_logprobs(model, ref, batch, s)
     t1 = time.time()
-    stats, bad = ppo_update(model, opt, batch, a, bad)                                     # Eqs. 9-12
+    stats, bad = ppo_update(model, opt, batch, s, bad)                                     # Eqs. 9-12
     t_train = time.time() - t1
     sums = {**log_sums(*slca, gids),
             "missed": float(sum(unrecorded(r.turns, r.task) for r in rs))}  # in rows that record no response
     m, tot = loop.step_metrics(step, rs, scores, batch, stats, sums, sim_fail=sim_fail, judge_fail=judge_fail, bad=bad,
-                               t_roll=t_roll, t_train=t_train, ppo_epochs=a.ppo_epochs)
+                               t_roll=t_roll, t_train=t_train, ppo_epochs=s.rl.ppo_epochs)
     m["t_logprobs"] = t1 - t_lp  # the old and reference passes (the rest of t_rollout .. t1: scoring, advantages)
-    loop.check_failures(tot, a.max_fail_rate, step, a.sim_url or a.sim_model, a.judge_url or a.judge_model)
+    loop.check_failures(tot, s.guards.max_fail_rate, step, s.sim.url or s.sim.model, s.judge.url or s.judge.model)
     return m, rs, scores, turn_r, (*slca[:2], keep), bad
 
 
@@ -216,30 +244,33 @@ def main(argv=None):
     if a.resume and not os.path.exists(os.path.join(a.out, "config.json")):
         raise SystemExit(f"--resume: no run to continue in --out {a.out} (no config.json)")
     rank, _, a.device = setup_dist(a.device)
+    s = Settings.of(a)  # from here on, every function takes the settings objects, never the flags
     if rank == 0:
-        print(config.preset_line(a.preset, a.model))
+        print(config.preset_line(s.model.preset, s.model.model))
         if dtype_note:
             print(dtype_note)
-        if note := bf16_note(a.dtype, a.device):
+        if note := bf16_note(s.model.dtype, s.model.device):
             print(note)
-    random.seed(a.seed)
-    torch.manual_seed(a.seed)
+    random.seed(s.run.seed)
+    torch.manual_seed(s.run.seed)
 
     # data first: a bad row fails before any model work or any file is touched
+    d = s.data
     try:
-        tasks = load_tasks(a.data, a.skip_bad_rows)
-        evals = load_tasks(a.eval_data, a.skip_bad_rows)[:a.eval_limit] if a.eval_data else []
-        convs = load_sft(a.sft_data, a.skip_bad_rows, a.sft_turns)[:a.sft_limit] if a.sft_data else []
+        tasks = load_tasks(d.data, d.skip_bad_rows)
+        evals = load_tasks(d.eval_data, d.skip_bad_rows)[:s.run.eval_limit] if d.eval_data else []
+        convs = load_sft(d.sft_data, d.skip_bad_rows, s.sft.sft_turns)[:s.sft.sft_limit] if d.sft_data else []
     except DataError as e:
         raise SystemExit(f"error: {e}") from None
-    sim, judge, clients = frozen_llms(a)
-    loop.check_rewards(tasks, sim, judge, a.max_unscored)  # before any file is touched or any weight trained
-    held = lock(a.out, rank)  # one run per --out, until this process ends
+    clients = llm.client("sim", s.sim), llm.client("judge", s.judge)
+    sim, judge = frozen_llms(s.frozen, s.templates, clients)
+    loop.check_rewards(tasks, sim, judge, s.guards.max_unscored)  # before any file is touched or any weight trained
+    held = lock(s.run.out, rank)  # one run per --out, until this process ends
     was = torch.are_deterministic_algorithms_enabled()  # given back at the end, for a caller in this process
     try:
-        deterministic(a.device)
+        deterministic(s.model.device)
         with stop_requests() as got:
-            run(a, rank, (tasks, evals, convs), (sim, judge, clients), got)
+            run(s, rank, (tasks, evals, convs), (sim, judge, clients), got)
     finally:
         if held:
             held.close()
@@ -247,60 +278,61 @@ def main(argv=None):
     leave_dist()
 
 
-def run(a, rank, data, frozen, got):
-    """The run in --out, which this process holds: start, continue or report it finished. `data`: the
-    RL, eval and SFT rows (tasks, evals, convs); `frozen`:
-    the simulator, the judge and their clients (eval.frozen_llms); `got` collects the stop signals
-    (SIGTERM, SIGINT) that arrive meanwhile."""
-    (tasks, evals, convs), main_rank, final = data, rank == 0, os.path.join(a.out, "final")
-    if not open_run(a.out, vars(a), a.resume, a.overwrite, main_rank):
+def run(s, rank, data, frozen, got):
+    """The run in --out, which this process holds, under Settings `s`: start, continue or report it finished.
+    `data`: the RL, eval and SFT rows (tasks, evals, convs); `frozen`: the simulator, the judge and their
+    clients (eval.frozen_llms); `got` collects the stop signals (SIGTERM, SIGINT) that arrive meanwhile."""
+    (tasks, evals, convs), main_rank, out, P = data, rank == 0, s.run.out, s.rl.prompts_per_step
+    if not open_run(out, s.flags, s.run.resume, s.run.overwrite, main_rank):
         return
     if main_rank:
-        print(config.show(parser(), vars(a)))
-    logs = Logs(a.out, loop.LOGS, main_rank, a.report_to, vars(a))
-    model, tok, tasks, evals, sft_dir, name = load_model(a, rank, tasks, evals, convs)
-    sim, judge, clients = frozen
-    rl_judge = rewards.NoisyJudge(judge, a.judge_noise, a.seed) if a.judge_noise else judge  # evals: the clean one
-    t_start, threads = time.time(), Threads(on=a.device == "cpu")  # fewer threads while the machine is busy
-    steps = a.epochs * len(tasks) // a.prompts_per_step if a.steps is None else a.steps  # len(data_order) // P
+        print(config.show(parser(), s.flags))
+    logs = Logs(out, loop.LOGS, main_rank, s.diagnostics.report_to, s.flags)
+    model, tok, tasks, evals, sft_dir, name = load_model(s, rank, tasks, evals, convs)
+    (sim, judge, clients), g = frozen, s.guards
+    rl_judge = rewards.NoisyJudge(judge, g.judge_noise, s.run.seed) if g.judge_noise else judge  # evals: the clean one
+    t_start, threads = time.time(), Threads(on=s.model.device == "cpu")  # fewer threads while the machine is busy
+    steps = s.rl.epochs * len(tasks) // P if s.rl.steps is None else s.rl.steps  # len(data_order) // P
     if main_rank:
-        print(loop.plan(len(tasks), len(evals), len(convs), os.path.isdir(sft_dir), steps, vars(a)))
-    model = shard(model, a.dtype)
+        print(loop.plan(len(tasks), len(evals), len(convs), os.path.isdir(sft_dir), steps, s.flags))
+    model = shard(model, s.model.dtype)
     if convs and not os.path.isdir(sft_dir):
-        model = sft_stage(a, model, tok, convs, logs, threads=threads, got=got, rank=rank)
-    model, ref = rl_models(a, model, sft_dir if os.path.isdir(sft_dir) else name)
-    eval_row = lambda label, step: run_eval(model, tok, evals, (sim, judge), a, rank=rank, logs=logs,  # noqa: E731
+        model = sft_stage(s, model, tok, convs, logs, threads=threads, got=got, rank=rank)
+    model, ref = rl_models(s, model, sft_dir if os.path.isdir(sft_dir) else name)
+    eval_row = lambda label, step: run_eval(model, tok, evals, (sim, judge), s, rank=rank, logs=logs,  # noqa: E731
                                             label=label, step=step)
 
     # RL state: fresh, or the newest checkpoint that reads back; the logs are cut back to that point
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], a.lr, weight_decay=a.weight_decay)
-    start, order, found = loop.rl_state(vars(a), model, opt, logs, len(tasks), rank)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], s.rl.lr, weight_decay=s.rl.weight_decay)
+    start, order, found = loop.rl_state(s.flags, model, opt, logs, len(tasks), rank)
     table = {"before RL": None if found else eval_row("before RL", 0)}
-    mine = rank_prompts(a.prompts_per_step, a.mini_batch, rank, world())
+    mine = rank_prompts(P, s.rl.mini_batch, rank, world())
     bad, blind, saved = 0, 0, start if found else None  # saved: the newest checkpoint this process knows is on disk
-    checkpoint = lambda step: save_checkpoint(model, opt, vars(a), step, order, rank, logs=logs.sizes())  # noqa: E731
+    checkpoint = lambda step: save_checkpoint(model, opt, s.flags, step, order, rank, logs=logs.sizes())  # noqa: E731
+    every = lambda n, step: n and (step + 1) % n == 0 and step + 1 < steps  # noqa: E731 (--eval-every, --save-every)
     for step in tqdm(range(start, steps), desc="rl", initial=start, total=steps, disable=not main_rank):
-        stop_if_asked(got, main_rank, a.out, step, steps, None if saved == step else checkpoint)
-        pos = [step * a.prompts_per_step + j for j in mine]                  # this rank's prompts of the step
+        stop_if_asked(got, main_rank, out, step, steps, None if saved == step else checkpoint)
+        pos = [step * P + j for j in mine]                                   # this rank's prompts of the step
         n_threads = threads.update()                                         # from the load since the last step
-        with autocast(a.dtype, a.device), llm.window(a.step_deadline, *clients):  # a dead endpoint stalls one step at most
+        with autocast(s.model.dtype, s.model.device), llm.window(g.step_deadline, *clients):  # a dead endpoint stalls one step at most
             m, rs, scores, turn_r, advs, bad = rl_step(model, ref, tok, opt, [tasks[order[p % len(order)]] for p in pos],
-                                                       pos, frozen=(sim, rl_judge), a=a, step=step, bad=bad)
-        blind = loop.blind_steps(m, blind, a.max_unscored)
+                                                       pos, frozen=(sim, rl_judge), s=s, step=step, bad=bad)
+        blind = loop.blind_steps(m, blind, g.max_unscored)
         m["elapsed"], m["threads"], m["blind_steps"] = time.time() - t_start, n_threads, blind
-        loop.log_step(logs, m, rs, scores, turn_r, advs, main_rank=main_rank, show=a.show)
-        loop.stop_if_blind(m, step, a.max_unscored)
-        if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < steps:
+        loop.log_step(logs, m, rs, scores, turn_r, advs, main_rank=main_rank, show=s.diagnostics.show)
+        loop.stop_if_blind(m, step, g.max_unscored)
+        if every(s.run.eval_every, step):
             eval_row(f"step {step + 1}", step + 1)
-        if a.save_every and (step + 1) % a.save_every == 0 and step + 1 < steps:
+        if every(s.run.save_every, step):
             checkpoint(step + 1)
             saved = step + 1
-    stop_if_asked(got, main_rank, a.out, steps, steps, None if saved == steps else checkpoint)
+    stop_if_asked(got, main_rank, out, steps, steps, None if saved == steps else checkpoint)
 
     if steps:  # also when a stop came after the last step: the resumed run has no step left but this
         table["after RL"] = eval_row("after RL", steps)
+    final = os.path.join(out, "final")
     save_final(model, tok, final, rank, info={"rl_steps": steps, "logs": logs.sizes()},
-               merged=lora.merge if a.merge_lora else None)
+               merged=lora.merge if s.model.merge_lora else None)
     if main_rank:
         if all(table.values()):
             print(format_table(table))
@@ -308,82 +340,84 @@ def run(a, rank, data, frozen, got):
     logs.close()
 
 
-def sft_stage(a, model, tok, convs, logs, *, threads, got, rank):
+def sft_stage(s, model, tok, convs, logs, *, threads, got, rank):
     """The warm start (lib/training/sft.py; with LoRA an adapter, merged after), its result saved to <out>/sft."""
-    if a.resume:
+    if s.run.resume:
         logs.rewind(dict.fromkeys(loop.LOGS, 0))  # SFT is redone from its start: nothing logged before it is kept
 
     def sft_row(row):  # after each SFT step: its row, the next step's thread count, a stop if one came
         logs.write({**row, "threads": torch.get_num_threads()})
         threads.update()
         stop_if_asked(got, rank == 0)
-    model = adapter(a, model)
-    with autocast(a.dtype, a.device):
-        warm_start(model, tok, convs, config.settings(SFT, a), sft_row)
-    model = lora.merge(model) if a.lora_r else model  # the SFT policy: base + adapter, now the frozen base
-    save_final(model, tok, os.path.join(a.out, "sft"), rank, info={"logs": logs.sizes()})
+    model = adapter(s, model)
+    with autocast(s.model.dtype, s.model.device):
+        warm_start(model, tok, convs, s.sft, sft_row)
+    model = lora.merge(model) if s.model.lora_r else model  # the SFT policy: base + adapter, now the frozen base
+    save_final(model, tok, os.path.join(s.run.out, "sft"), rank, info={"logs": logs.sizes()})
     return model
 
 
-def load_model(a, rank, tasks, evals, convs):
+def load_model(s, rank, tasks, evals, convs):
     """The policy in float32 (see lib/training/precision.autocast): this run's SFT result when there is
     one, else --model, or the tiny demo built once into <out>/base. Prompts over
     --max-prompt-tokens are dropped. Returns (model, tok, tasks, evals, sft_dir, the model's folder)."""
-    sft_dir, base_dir = os.path.join(a.out, "sft"), os.path.join(a.out, "base")
-    name = sft_dir if os.path.isdir(sft_dir) else a.model
+    m, cap = s.model, s.episode.max_prompt_tokens
+    sft_dir, base_dir = os.path.join(s.run.out, "sft"), os.path.join(s.run.out, "base")
+    name = sft_dir if os.path.isdir(sft_dir) else m.model
     if name is None:
         if not os.path.isdir(base_dir):
             if rank == 0:
                 with writing(base_dir, base_dir + ".tmp"):
-                    tiny.build(base_dir + ".tmp", tiny.world_texts(tasks, convs), a.seed, a.tiny_size)
+                    tiny.build(base_dir + ".tmp", tiny.world_texts(tasks, convs), s.run.seed, m.tiny_size)
                     os.replace(base_dir + ".tmp", base_dir)
             barrier()
         name = base_dir
-    if a.resume and os.path.isdir(name):
+    if s.run.resume and os.path.isdir(name):
         check_folder(name)
-    model, tok = load_policy(name, "float32", a.device, a.grad_ckpt)
+    model, tok = load_policy(name, "float32", m.device, m.grad_ckpt)
     n_tokens = lambda t: len(prompt_ids(tok, t))  # noqa: E731
-    (tasks, n_rl), (evals, n_ev) = drop_long(tasks, n_tokens, a.max_prompt_tokens), drop_long(evals, n_tokens, a.max_prompt_tokens)
+    (tasks, n_rl), (evals, n_ev) = drop_long(tasks, n_tokens, cap), drop_long(evals, n_tokens, cap)
     if rank == 0 and n_rl + n_ev:
-        print(f"dropped {n_rl} RL and {n_ev} eval prompts over --max-prompt-tokens {a.max_prompt_tokens}")
+        print(f"dropped {n_rl} RL and {n_ev} eval prompts over --max-prompt-tokens {cap}")
     if not tasks:
-        raise SystemExit(f"no RL prompt fits --max-prompt-tokens {a.max_prompt_tokens}")
+        raise SystemExit(f"no RL prompt fits --max-prompt-tokens {cap}")
     return model, tok, tasks, evals, sft_dir, name
 
 
-def adapter(a, model):
+def adapter(s, model):
     """`model` with a fresh LoRA adapter (lib/training/lora.py) under --lora-r, else itself."""
-    if not a.lora_r:
+    m = s.model
+    if not m.lora_r:
         return model
-    return lora.add_adapter(model, a.lora_r, a.lora_alpha, a.lora_dropout, a.lora_targets, a.seed)
+    return lora.add_adapter(model, m.lora_r, m.lora_alpha, m.lora_dropout, m.lora_targets, s.run.seed)
 
 
-def rl_models(a, model, base):
+def rl_models(s, model, base):
     """The RL policy and the reference of Eq. 11 (None when β = 0), `base` being the SFT policy's folder
     (or the model's when there is no SFT). With LoRA: a fresh adapter on the SFT policy, and the same
     weights with it off (no second copy); else `model` and the SFT policy loaded frozen, stored the way the
     policy computes (lib.training.precision.frozen_cast: one process's matmul weights in the compute dtype, the rest float32)."""
-    if a.lora_r:
-        model = adapter(a, model)
-        lora.base_folder(model, base, os.path.join(a.out, "final"))
-        return model, model if a.kl_beta else None
-    if not a.kl_beta:
+    dtype = s.model.dtype
+    if s.model.lora_r:
+        model = adapter(s, model)
+        lora.base_folder(model, base, os.path.join(s.run.out, "final"))
+        return model, model if s.clip.kl_beta else None
+    if not s.clip.kl_beta:
         return model, None
-    ref = load_policy(base, "float32" if world() == 1 else a.dtype, a.device)[0]
-    return model, shard(frozen_cast(ref, a.dtype), a.dtype).eval().requires_grad_(False)
+    ref = load_policy(base, "float32" if world() == 1 else dtype, s.model.device)[0]
+    return model, shard(frozen_cast(ref, dtype), dtype).eval().requires_grad_(False)
 
 
-def run_eval(model, tok, evals, frozen, a, *, rank, logs, label, step):
+def run_eval(model, tok, evals, frozen, s, *, rank, logs, label, step):
     """eval.evaluate on the eval split (what `eval.py toucan --model <out>/final` reruns), rank r taking
     prompts r, r + world, ...; the scores are put back in the split's order before the means.
     Logs and prints the row; returns its "all" means (None with no eval split)."""
     if not evals:
         return None
-    with gathered(model.eval()), cast_once(model, a.dtype), autocast(a.dtype, a.device):
-        scores, _ = evaluate(model, tok, evals[rank::world()], *frozen, episode=config.settings(Episode, a),
-                             hierr=config.settings(HierR, a))
+    with gathered(model.eval()), cast_once(model, s.model.dtype), autocast(s.model.dtype, s.model.device):
+        scores, _ = evaluate(model, tok, evals[rank::world()], *frozen, episode=s.episode, hierr=s.hierr)
     mine = list(zip(range(rank, len(evals), world()), scores))       # (index in the split, scores)
-    summary = metrics([s for _, s in sorted(gather(mine), key=lambda x: x[0])])
+    summary = metrics([x for _, x in sorted(gather(mine), key=lambda r: r[0])])
     logs.write({"label": label, "step": step, **summary}, "eval")
     if rank == 0:
         print(format_table({label: summary["all"]}))

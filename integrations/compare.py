@@ -41,7 +41,7 @@ def held_out(folder, a):
     from rewards import HierR
     from rollout import Episode
     model, tok = load_policy(folder, "float32", "cpu")
-    sim, judge, _ = evaluation.frozen_llms(a)
+    sim, judge, _ = evaluation.frozen_from_flags(a)
     evals = load_tasks(os.path.join(ROOT, "data/world/eval.jsonl"))
     scores, _ = evaluation.evaluate(model.eval(), tok, evals, sim, judge, episode=settings(Episode, a),
                                     hierr=settings(HierR, a))
@@ -69,7 +69,7 @@ def run_trl(a):
     from lib.training.model import load_policy
     from integrations.trl import SLCAGRPOTrainer
     _, tok = load_policy(a.model, "float32", "cpu")
-    sim, judge, _ = evaluation.frozen_llms(a)
+    sim, judge, _ = evaluation.frozen_from_flags(a)
     rows = a.mini_batch * a.group_size // 2                      # an update: two micro-batches of 32 (--micro-batch)
     cfg = GRPOConfig(output_dir=os.path.join(a.out, "trl"), per_device_train_batch_size=rows,
                      gradient_accumulation_steps=2, steps_per_generation=2 * a.prompts_per_step // a.mini_batch,

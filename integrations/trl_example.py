@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 from trl import GRPOConfig
 
 import train
-from eval import frozen_llms
+from eval import frozen_from_flags
 from integrations.trl import SLCAGRPOTrainer
 from lib.inputs.data import load_tasks
 from lib.runs.config import settings
@@ -24,7 +24,7 @@ from rollout import Episode
 
 a = train.get_args()                              # train.py's flags over the demo preset
 start = os.path.join(a.out, "sft")                # the SFT policy train.py wrote
-simulator, judge, _ = frozen_llms(a)              # the demo's: recorded tool answers, the facts judge
+simulator, judge, _ = frozen_from_flags(a)        # the demo's: recorded tool answers, the facts judge
 config = GRPOConfig(output_dir=os.path.join(a.out, "trl"), max_steps=a.steps, num_generations=a.group_size,
                     per_device_train_batch_size=a.prompts_per_step * a.group_size, learning_rate=a.lr,
                     beta=a.kl_beta, loss_type="grpo", logging_steps=1, bf16=False, use_cpu=True)  # float32 on a CPU

@@ -55,7 +55,7 @@ def update(case, rank=0, world=1):
     with dist.gathered(model), torch.no_grad():                          # as rl_step: sampling, then the update
         model(input_ids=ids[:1])
     batch = {**batch, "old_logprobs": old, "ref_logprobs": ref, "advantages": A}
-    stats, _ = train.ppo_update(model, opt, {k: v[rows] for k, v in batch.items()}, a, 0)
+    stats, _ = train.ppo_update(model, opt, {k: v[rows] for k, v in batch.items()}, train.Settings.of(a), 0)
     return checkpoints.full_state(model), stats["loss"], stats["grad_norm"]
 
 

@@ -110,7 +110,7 @@ def one_process(out, rec, argv):
                     * batch["response_mask"] - old).abs().max()
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     with autocast(a.dtype, a.device):
-        stats, _ = train.ppo_update(model, opt, batch, a, 0)
+        stats, _ = train.ppo_update(model, opt, batch, train.Settings.of(a), 0)
     return parts[0]["stats"], stats, model.state_dict(), float(ref_diff), float(old_diff)
 
 

@@ -141,3 +141,25 @@ def test_no_function_outside_the_tests_takes_more_than_six_positional_parameters
                 if len(names) > MAX_POSITIONAL:
                     bad.append(f"{rel}:{node.lineno} {node.name}: {len(names)} positional parameters")
     assert not bad, "\n".join(bad)
+
+
+FLAG_READERS = {  # the command line's own functions: they read parsed flags and make the settings objects from them
+    "eval.py": {"check_episode_flags", "frozen_from_flags"},
+    "train.py": {"of"},                                   # Settings.of
+    "lib/runs/config.py": {"check_bounds", "saved_config", "check_extensions", "check_args", "with_preset",
+                           "__call__"},                    # HelpAll, an argparse Action
+    "lib/runs/evalcli.py": {"flag", "llm_client", "who", "fingerprint"},
+}
+
+
+def test_only_the_command_lines_own_functions_take_the_parsed_flags():
+    """The eight modules and lib/ pass settings objects (train.Settings, rewards.HierR, ...), never the argparse
+    namespace: a parameter named `a` or `args` is one of FLAG_READERS' functions."""
+    found = {}
+    for path in [*ROOT.glob("*.py"), *(ROOT / "lib").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = {x.arg for x in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
+                if names & {"a", "args", "namespace"}:
+                    found.setdefault(str(path.relative_to(ROOT)), set()).add(node.name)
+    assert found == FLAG_READERS

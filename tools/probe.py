@@ -127,7 +127,8 @@ def probe(size, p):
         times["old+ref"] = time.time() - t
     with precision.autocast(a.dtype, a.device):
         t = time.time()
-        train.ppo_update(model, opt, {**batch, "old_logprobs": old, "ref_logprobs": refl, "advantages": A}, a, 0)
+        train.ppo_update(model, opt, {**batch, "old_logprobs": old, "ref_logprobs": refl, "advantages": A},
+                         train.Settings.of(a), 0)
         sync()
         times["update"] = time.time() - t
     peak = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")

@@ -243,7 +243,8 @@ def run_project(world, tok, model, a, turns, budget):
     t0 = time.perf_counter()
     with autocast(a.dtype, "cpu"):
         m, rs, *_ = train.rl_step(model, ref, tok, opt, world[:a.prompts], list(range(a.prompts)),
-                                  frozen=(FixedSim(), rewards.FactsJudge()), a=args, step=0, bad=0)
+                                  frozen=(FixedSim(), rewards.FactsJudge()), s=train.Settings.of(args), step=0,
+                                  bad=0)
     total = time.perf_counter() - t0
     cfg = model.config
     flops = {"sample": rollout_flops(cfg, rs),

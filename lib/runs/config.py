@@ -256,11 +256,11 @@ def plain_type(t):
     return args[0] if isinstance(t, types.UnionType) and len(args) == 1 else t
 
 
-def settings(cls, values):
+def settings(cls, values, prefix=""):
     """Settings dataclass `cls` (advantage.Credit, loss.Clip, ...) from a run's flags (a namespace, or a dict such as
-    its config.json): each field from the value of the same name, a missing one its default."""
+    its config.json): each field from the value of the same name (after `prefix`, a Part's), a missing one its default."""
     values = values if isinstance(values, dict) else vars(values)
-    return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
+    return cls(**{f.name: values[prefix + f.name] for f in dataclasses.fields(cls) if prefix + f.name in values})
 
 
 def num(text):

@@ -32,7 +32,7 @@ import statistics
 from pathlib import Path
 
 from lib.frozen import llm
-from lib.runs.config import bound
+from lib.runs.config import bound, settings
 from lib.runs.files import read_jsonl
 
 MIB = 1 << 20                      # bytes read from each end of a file for its digest
@@ -136,8 +136,7 @@ def flag(a, role, field):
 
 def llm_client(a, role):
     """The frozen LLM a command's --{role}-* flags name (lib.frozen.llm.client; flags the role lacks keep their defaults)."""
-    return llm.client(role, llm.Client(**{f: getattr(a, f"{role}_{f}") for f in llm.CLIENT_FIELDS
-                                          if hasattr(a, f"{role}_{f}")}))
+    return llm.client(role, settings(llm.Client, a, prefix=f"{role}_"))
 
 
 def who(a, role):
