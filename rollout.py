@@ -70,7 +70,7 @@ class Episode:
         "choices": SAMPLERS,
         "help": "cached = lib/sampling/sampler.py (KV caches kept across turns, each prompt prefilled once per group); "
                 "generate = Hugging Face model.generate, the reference; compiled = cached with each decoding step "
-                "through torch.compile (lib/sampling/compiled.py; Qwen2 only) (rollout.py)"})
+                "through torch.compile (lib/sampling/compiled.py; Qwen2 and Llama) (rollout.py)"})
 
 
 @dataclass

@@ -213,3 +213,55 @@ def test_dtype_auto_takes_what_the_cpu_computes_natively(tmp_path, monkeypatch, 
         with pytest.raises(SystemExit, match="bad.jsonl"):
             train.main(["--dtype", "auto", "--data", str(bad), "--device", "cpu", "--out", str(tmp_path / "run")])
         assert f"dtype auto: {want} (" in capsys.readouterr().out
+
+
+class Copies(TorchDispatchMode):
+    """Counts float32 -> bf16 copies of activations (any tensor but `weights`' storages)."""
+
+    def __init__(self, weights):
+        super().__init__()
+        self.weights, self.n = weights, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and kwargs.get("dtype") == torch.bfloat16 \
+                and args[0].dtype == torch.float32 and args[0].untyped_storage().data_ptr() not in self.weights:
+            self.n += 1
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_cast_inputs_casts_a_layers_input_once_and_changes_no_number(kind):
+    """Without grad, lib.training.precision.cast_inputs (which token_logprobs holds) casts attention's and
+    the MLP's input once, not once per projection: 3 casts fewer a layer (q, k, v: 3 -> 1; gate, up: 2 -> 1),
+    bit for bit the same log-probs; with grad on, the same casts as autocast alone and the same gradients."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from helpers import tokenizer
+    from lib.training import tiny
+    from lib.training.logprobs import head_logprobs
+    from lib.training.precision import autocast, cast_inputs
+    tok, layers = tokenizer(), 3
+    torch.manual_seed(0)
+    model = tiny.build_model(tok, 0, 32, layers, 2) if kind == "qwen2" else LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=True))
+    model.eval()
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    ids = torch.randint(0, len(tok), (4, 20))
+    attn, mask = torch.ones_like(ids), (torch.arange(20) >= 5).long().expand(4, 20)
+    run = lambda: head_logprobs(model, ids, attn, mask, chunk=1024, plan=None, rows=None)  # noqa: E731 token_logprobs' work
+    got = {}
+    for grad in (False, True):
+        for once in (False, True):
+            model.zero_grad()
+            with torch.set_grad_enabled(grad), autocast("bfloat16", "cpu"), Copies(weights) as c, \
+                    (cast_inputs(model) if once else contextlib.nullcontext()):
+                lp = run()
+            if grad:
+                lp.sum().backward()
+            got[grad, once] = (lp.detach(), c.n, [p.grad.clone() for p in model.parameters()] if grad else None)
+    (plain, n_plain, _), (once, n_once, _) = got[False, False], got[False, True]
+    assert torch.equal(plain, once) and n_plain - n_once == 3 * layers
+    (plain, n_plain, g_plain), (once, n_once, g_once) = got[True, False], got[True, True]
+    assert torch.equal(plain, once) and n_plain == n_once
+    assert all(torch.equal(a, b) for a, b in zip(g_plain, g_once))

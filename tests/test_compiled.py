@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from helpers import tiny_model, tokenizer
+from lib.training import tiny
 from lib.sampling import compiled, sampler
 from lib.sampling.sampler import sample
 from rollout import Episode, prompt_ids, rollout, stop_ids
@@ -16,10 +17,11 @@ from test_rollout import EchoSim, calling, world
 @pytest.mark.slow  # compiles the step (~40 s on a loaded 2-core machine, seconds once cached on disk)
 def test_compiled_steps_match_the_forward_in_one_graph(monkeypatch):
     """Two turns of rows stopping at different steps (7 rows down to 1, the cache full every 3
-    ids): greedy ids equal, log-probs within 1e-5, and no step compiles a second graph."""
+    ids), three layers: greedy ids equal, log-probs within 1e-5, and no step compiles a second graph."""
     monkeypatch.setattr(sampler, "ROOM", 3)
     monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
-    tok, model = tokenizer(), tiny_model(seed=1)
+    tok = tokenizer()
+    model = tiny.build_model(tok, seed=1, hidden=32, layers=3, heads=2).eval()  # three layers: one compiled region
     stops = stop_ids(tok)
     seqs = [tok.encode(["The weather in Paris is", "<tool_call>\n"][b % 2], add_special_tokens=False) for b in range(7)]
     budgets, budgets2 = [2, 9, 4, 13, 1, 6, 0], [5, 0, 11, 3, 8, 2, 1]
@@ -34,6 +36,41 @@ def test_compiled_steps_match_the_forward_in_one_graph(monkeypatch):
     assert len({len(ids) for ids, _ in got["cached"]}) >= 6
     for (_, a), (_, b) in zip(got["cached"], got["compiled"]):
         assert b == pytest.approx(a, abs=1e-5)
+
+
+def llama(tok, layers):
+    """A random Llama (SmolLM2's architecture: no q, k, v biases) on the test tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                                        tie_word_embeddings=True)).eval()
+
+
+@pytest.mark.slow  # traces the step (aot_eager, no inductor: ~15 s on a 2-core CPU)
+def test_one_region_serves_every_layer_of_a_llama():
+    """The step traces one decoder layer and calls it once per layer with that layer's weights
+    (torch.compiler.nested_compile_region): the graph holds one layer region and L calls of it, so
+    compiling SmolLM2's 30 layers traces one layer, not 30. A Llama, SmolLM2's architecture (the Qwen2's
+    compiled step: the test above), greedy ids as the model's own forward (aot_eager: dynamo's graph, no inductor)."""
+    tok, L = tokenizer(), 3
+    model = llama(tok, L)
+    graphs = []
+
+    def backend(gm, example):
+        code = gm.print_readable(print_output=False)
+        graphs.append((code.count("class subgraph_"), code.count("torch.ops.higher_order.invoke_subgraph(")))
+        return torch._dynamo.lookup_backend("aot_eager")(gm, example)
+    step = torch.compile(compiled.step, dynamic=True, backend=backend)
+
+    def decode(*args, shared=None):
+        with compiled.settings():
+            return compiled.decode(*args, shared=shared, run=step)
+    seqs = [tok.encode(["The weather in Paris is", "<tool_call>\n"][b % 2], add_special_tokens=False) for b in range(5)]
+    got = [[ids for ids, _, _ in sample(model, [None] * 5, seqs, [3, 9, 5, 12, 1], 0.0, stops=[], decode=d)]
+           for d in (sampler.forward, decode)]
+    assert got[0] == got[1]
+    assert graphs and graphs[0] == (1, L)
 
 
 def test_compiled_rollouts_match_the_reference():

@@ -19,9 +19,15 @@ cache's own (a plain tensor fails a guard on the view's base: a second graph too
 call compiles (a minute on a loaded 2-core CPU for the 10M model, much less once inductor's
 on-disk cache holds it: TORCHINDUCTOR_CACHE_DIR); tools/decode.py counts that time.
 
-What it computes, per layer of a Qwen2 (Qwen2ForCausalLM only, with its own forward: a model
-with forward hooks or a forward of its own is refused, since `step` reads its weights and
-would skip them; FSDP2 shards through such hooks, so train.py refuses this sampler under
+One layer, compiled once: `layer_step` is a nested compile region
+(torch.compiler.nested_compile_region), so dynamo traces the first layer and calls that one graph
+for every layer, the layer's weights its inputs, not constants (30 unrolled layers of SmolLM2 did
+not finish compiling in 15 minutes; one region compiles in the time of one layer, whatever the
+depth: tests/test_compiled.py counts one region and L calls of it).
+
+What it computes, per layer of a Qwen2 or a Llama (SmolLM2; Qwen2ForCausalLM and LlamaForCausalLM only,
+with their own forward: a model with forward hooks or a forward of its own is refused, since `step`
+reads its weights and would skip them; FSDP2 shards through such hooks, so train.py refuses this sampler under
 torchrun, at start): the layer's own modules (norms, projections, MLP, rotary embedding), with
 attention as one softmax in float32 over the cache columns (plus the mask's bias) and the new
 id, taken as two blocks under one max (no concatenated copy of the cache). Greedy ids equal
@@ -33,20 +39,26 @@ compiled: two turns of rows leaving the batch down to one, the cache growing, in
 """
 import copy
 import functools
+from contextlib import contextmanager
 
 import torch
 import torch.fx.experimental._config
-from transformers import Qwen2ForCausalLM
+from transformers import LlamaForCausalLM, Qwen2ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
-from lib.sampling.prefix_attention import merge
+from lib.sampling.prefix_attention import merge, read
+
+FORWARDS = (Qwen2ForCausalLM.forward, LlamaForCausalLM.forward)  # the models whose layers `layer_step` restates
 
 
-def layer_step(layer, x, cos, sin, bias, *, K, V, shared=None):
+@torch.compiler.nested_compile_region
+def layer_step(layer, x, cos, sin, bias, *, K, V, prefix=None):
     """One decoder layer for one new id per row: hidden states x (b, 1, E), its rotary cos and sin
     (b, 1, D), the layer's cache K, V (b, Hkv, n, D) and additive `bias` (b, n) (0 or -inf); with
-    `shared` (lib.sampling.prefix_attention.Shared), each row also attends to its prefix, merged through
-    the log-sum-exp. Returns (x, the new id's keys, its values), each (b, Hkv, 1, D)."""
+    `prefix` (lib.sampling.prefix_attention.Shared.layer: this layer's prefixes and the batch's layout),
+    each row also attends to its prefix, merged through the log-sum-exp. Its arguments are tensors,
+    numbers and the layer only, so one graph serves every layer. Returns (x, the new id's keys, its
+    values), each (b, Hkv, 1, D)."""
     att = layer.self_attn
     b, H, n, D = K.shape                                                   # rows, kv heads, columns, head size
     h = layer.input_layernorm(x)                                           # (b, 1, E)
@@ -61,8 +73,8 @@ def layer_step(layer, x, cos, sin, bias, *, K, V, shared=None):
     e, e_new = (s - top).exp(), (s_new - top).exp()                        # (b, H, g, n), (b, H, g, 1)
     total = e.sum(-1, keepdim=True) + e_new                                # (b, H, g, 1)
     o = (e.to(V.dtype) @ V + e_new.to(v.dtype) * v) / total.to(v.dtype)   # (b, H, g, D)
-    if shared is not None:
-        o = merge(*shared.attend(att.layer_idx, q, att.scaling), o, (top + total.log())[..., 0])
+    if prefix is not None:
+        o = merge(*read(q, prefix, att.scaling), o, (top + total.log())[..., 0])
     x = x + att.o_proj(o.reshape(b, 1, -1))                                # (b, 1, E)
     return x + layer.mlp(layer.post_attention_layernorm(x)), k, v          # (b, 1, E)
 
@@ -76,8 +88,8 @@ def step(model, ids, pos, bias, keys, values, *, shared=None):
     x = m.embed_tokens(ids[:, None])                                       # (b, 1, E)
     cos, sin = m.rotary_emb(x, pos)                                        # (b, 1, D) each
     new = []
-    for layer, K, V in zip(m.layers, keys, values):
-        x, k, v = layer_step(layer, x, cos, sin, bias, K=K, V=V, shared=shared)
+    for i, (layer, K, V) in enumerate(zip(m.layers, keys, values)):
+        x, k, v = layer_step(layer, x, cos, sin, bias, K=K, V=V, prefix=None if shared is None else shared.layer(i))
         new.append((k, v))
     return model.lm_head(m.norm(x))[:, 0], new                             # (b, V)
 
@@ -87,8 +99,8 @@ def decode(model, feed, pos, mask, cache, *, shared=None, run=step):
     ids `feed` (b,) at `pos` (b, 1); `mask` (b, n + 1) covers the n cache columns and the new id,
     whose keys and values are then written into the cache (Slots.update, in place); each row also
     attends to its prefix in `shared` (lib.sampling.prefix_attention.Shared; None: none)."""
-    if model._forward_hooks or model._forward_pre_hooks or type(model).forward is not Qwen2ForCausalLM.forward:
-        raise ValueError("--sampler compiled runs a Qwen2's weights, not its forward: "
+    if model._forward_hooks or model._forward_pre_hooks or type(model).forward not in FORWARDS:
+        raise ValueError("--sampler compiled runs a Qwen2's or a Llama's weights, not its forward: "
                          "a model with forward hooks or its own forward needs --sampler cached")
     b, n = mask.shape[0], mask.shape[1] - 1
     w = max(n, 2)  # a first step reads one column: read the new id's free column too, masked (one graph)
@@ -103,6 +115,9 @@ def decode(model, feed, pos, mask, cache, *, shared=None, run=step):
         if shared is not None:
             shared = copy.copy(shared)
             shared.rows(shared.group.repeat(2))
+    for x in [*keys, *values, *([] if shared is None else [*shared.keys, *shared.values])]:
+        torch._dynamo.mark_static(x, 1)  # the heads and the head size are the model's: constants of the graph
+        torch._dynamo.mark_static(x, 3)
     logits, new = run(model, feed, pos, bias, keys, values, shared=shared)
     for layer, (k, v) in zip(layers, new):
         layer.update(k[:b], v[:b])
@@ -115,8 +130,16 @@ def compiled_step():
     return torch.compile(step, dynamic=True)
 
 
+@contextmanager
+def settings():
+    """What `step` compiles under: sizes that happen to be equal (the prefixes' count and the rows', say) are
+    not assumed equal (one graph), and the model's float constants (a norm's epsilon, the attention scale)
+    stay constants, not graph inputs read back with .item()."""
+    with torch.fx.experimental._config.patch(use_duck_shape=False), torch._dynamo.config.patch(specialize_float=True):
+        yield
+
+
 def compiled(model, feed, pos, mask, cache, shared=None):
-    """`decode` through the compiled `step`: `--sampler compiled`'s decode step. Sizes that happen
-    to be equal (the prefixes' count and the rows', say) are not assumed equal: one graph."""
-    with torch.fx.experimental._config.patch(use_duck_shape=False):
+    """`decode` through the compiled `step`: `--sampler compiled`'s decode step."""
+    with settings():
         return decode(model, feed, pos, mask, cache, shared=shared, run=compiled_step())

@@ -108,17 +108,27 @@ class Shared:
 
     def attend(self, layer, q, scale):
         """Partial attention of the batch rows' queries q (B, H, m, D) over their prefixes at `layer`:
-        (o (B, H, m, D), lse (B, H, m)), each prefix read once by the queries of all its rows."""
-        B, H, m, D = q.shape
-        U, R = len(self.n), self.R
-        stack = q.new_zeros(U * R, H, m, D)
-        stack[self.slot] = q
-        stack = stack.view(U, R, H, m, D).transpose(1, 2).reshape(U, H, R * m, D)  # (U, H, R·m, D)
-        if self.bias.dtype != q.dtype:
-            self.bias = self.bias.to(q.dtype)
-        o, lse = attend(stack, self.keys[layer], self.values[layer], self.bias, scale, dead=self.dead)
-        o = o.view(U, H, R, m, D).transpose(1, 2).reshape(U * R, H, m, D)[self.slot]  # (B, H, m, D)
-        return o, lse.view(U, H, R, m).transpose(1, 2).reshape(U * R, H, m)[self.slot]
+        (o (B, H, m, D), lse (B, H, m)), each prefix read once by the queries of all its rows (`read`)."""
+        return read(q, self.layer(layer), scale)
+
+    def layer(self, layer):
+        """`layer`'s prefixes and the batch's layout, as `read` takes them: plain tensors and a number."""
+        return self.keys[layer], self.values[layer], self.bias, self.dead, self.slot, self.R
+
+
+def read(q, prefix, scale):
+    """`Shared.attend` on plain tensors (one graph for every layer in lib/sampling/compiled.py): queries q
+    (B, H, m, D) over `prefix` (Shared.layer): one layer's prefixes keys, values (U, H, P, D) under bias
+    (U, 1, 1, P) and dead (U, 1, 1), row b in place slot[b] of the (U·R) layout, R rows to a prefix."""
+    keys, values, bias, dead, slot, R = prefix
+    B, H, m, D = q.shape
+    U = keys.shape[0]
+    stack = q.new_zeros(U * R, H, m, D)
+    stack[slot] = q
+    stack = stack.view(U, R, H, m, D).transpose(1, 2).reshape(U, H, R * m, D)     # (U, H, R·m, D)
+    o, lse = attend(stack, keys, values, bias.to(q.dtype), scale, dead=dead)
+    o = o.view(U, H, R, m, D).transpose(1, 2).reshape(U * R, H, m, D)[slot]      # (B, H, m, D)
+    return o, lse.view(U, H, R, m).transpose(1, 2).reshape(U * R, H, m)[slot]
 
 
 def attention(module, query, key, value, attention_mask, *, scaling=None, dropout=0.0, shared_prefix=None, **kwargs):

@@ -23,6 +23,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from lib.training.dist import all_sum, as_forward, world
+from lib.training.precision import cast_inputs
 
 
 NO_GRAD_ROWS = 8  # response rows per no-grad pass, sorted by length (little padding); measured on the 10M model,
@@ -45,8 +46,10 @@ def token_logprobs(model, ids, attn, mask, *, chunk=1024, groups=None, rows=None
     plan = share_plan(ids, attn, groups) if groups is not None and not sliding else None
     if groups is not None and world() > 1 and all_sum(float(plan is not None)) < world():
         plan = None  # every rank takes the same path: FSDP2 pairs up the ranks' forward calls
-    # one forward of the root around the trunk and the head (FSDP2 gathers the head only there)
-    return as_forward(model, lambda: head_logprobs(model, ids, attn, mask, chunk=chunk, plan=plan, rows=rows))
+    # one forward of the root around the trunk and the head (FSDP2 gathers the head only there); without grad
+    # each layer's input cast to the compute dtype once, not once per projection (precision.cast_inputs)
+    with cast_inputs(model):
+        return as_forward(model, lambda: head_logprobs(model, ids, attn, mask, chunk=chunk, plan=plan, rows=rows))
 
 
 def head_logprobs(model, ids, attn, mask, *, chunk, plan, rows):

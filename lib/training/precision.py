@@ -77,6 +77,36 @@ def cast_once(model, dtype):
             m._parameters[k] = p
 
 
+READERS = {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}  # children that read their module's input
+
+
+@contextmanager
+def cast_inputs(model):
+    """Under autocast and without grad, each module whose input feeds two or more of its own projections
+    (READERS: attention's q, k and v, the MLP's gate and up, as Llama and Qwen2 name them) gets that input cast to the
+    compute dtype once, at its entry, instead of once per projection (autocast casts each linear's
+    input again: three casts of one tensor for q, k and v). Bit for bit what autocast alone computes:
+    the same cast, made once. With grad on, nothing is done: the one cast's gradient would sum its
+    consumers' gradients in the compute dtype, where autocast's casts sum them in float32."""
+    def one(x):  # x in the compute dtype, as each projection would cast it
+        if torch.is_grad_enabled() or not torch.is_tensor(x) or x.dtype != torch.float32:
+            return x
+        kind = x.device.type
+        return x.to(torch.get_autocast_dtype(kind)) if torch.is_autocast_enabled(kind) else x
+
+    def hook(module, args, kwargs):
+        if "hidden_states" in kwargs:
+            return args, {**kwargs, "hidden_states": one(kwargs["hidden_states"])}
+        return ((one(args[0]), *args[1:]), kwargs) if args else None
+    shared = [m for m in model.modules() if len(READERS & {n for n, _ in m.named_children()}) >= 2]
+    hooks = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in shared]
+    try:
+        yield model
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def _cast_linears(model, dtype, kept, skip=()):
     """Replace each nn.Linear's float32 weight and bias (but those in `skip`) by its cast to `dtype`, one
     cast per tensor (a tied weight is cast once), appending (module, name, float32 master) to `kept`."""
