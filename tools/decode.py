@@ -130,7 +130,7 @@ def table(a, model, recast, mm, stream):
 
         def run(name):
             with torch.no_grad(), autocast(a.dtype, "cpu"):
-                logits = steps[name](recast if name == "recast" else model, feed, pos, mask, cache)  # (B, V)
+                logits = steps[name](recast if name == "recast" else model, feed, pos, mask, cache, shared=None)  # (B, V) no prefix
             for layer in cache.layers:
                 layer.fill(n)  # forget the new column
             return logits

