@@ -75,7 +75,7 @@ def run(sampler, model, tok, tasks, sim, **caps):
     return rollout.rollout(model, tok, tasks, sim, rollout.Episode(sampler=sampler, **caps))
 
 
-def smol_sampling(gguf, rounds, prompts, group, ids, dtype, sampler="cached"):
+def smol_sampling(gguf, rounds, prompts, group, ids, dtype, *, sampler="cached"):
     """lib.sampling.sampler.sample at the smol preset's shape (configs/smol.toml): the first `prompts` shipped
     RL prompts x G = `group` rows, each decoding `ids` ids (no stop id: the same work every round,
     whatever is drawn), temperature 1, in `dtype` as train.py samples (its weights cast once, under
@@ -143,7 +143,7 @@ def main():
     if a.split:
         return split(a.split)
     if a.smol:
-        return smol_sampling(a.smol, a.rounds, a.prompts or 4, a.group_size, a.ids, a.dtype, a.sampler)
+        return smol_sampling(a.smol, a.rounds, a.prompts or 4, a.group_size, a.ids, a.dtype, sampler=a.sampler)
     a.prompts = a.prompts or 2
     world = load_tasks("data/world/rl.jsonl")
     tok = tiny.build_tokenizer(tiny.world_texts(world, load_sft("data/world/sft.jsonl")))

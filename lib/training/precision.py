@@ -94,10 +94,10 @@ def cast_inputs(model):
         kind = x.device.type
         return x.to(torch.get_autocast_dtype(kind)) if torch.is_autocast_enabled(kind) else x
 
-    def hook(module, args, kwargs):
+    def hook(module, inputs, kwargs):
         if "hidden_states" in kwargs:
-            return args, {**kwargs, "hidden_states": one(kwargs["hidden_states"])}
-        return ((one(args[0]), *args[1:]), kwargs) if args else None
+            return inputs, {**kwargs, "hidden_states": one(kwargs["hidden_states"])}
+        return ((one(inputs[0]), *inputs[1:]), kwargs) if inputs else None
     shared = [m for m in model.modules() if len(READERS & {n for n, _ in m.named_children()}) >= 2]
     hooks = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in shared]
     try:
