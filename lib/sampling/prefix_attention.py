@@ -109,6 +109,8 @@ class Shared:
     def attend(self, layer, q, scale):
         """Partial attention of the batch rows' queries q (B, H, m, D) over their prefixes at `layer`:
         (o (B, H, m, D), lse (B, H, m)), each prefix read once by the queries of all its rows (`read`)."""
+        if self.bias.dtype != q.dtype:  # cast once for the turn, not once per layer and step
+            self.bias = self.bias.to(q.dtype)
         return read(q, self.layer(layer), scale)
 
     def layer(self, layer):
@@ -126,7 +128,7 @@ def read(q, prefix, scale):
     stack = q.new_zeros(U * R, H, m, D)
     stack[slot] = q
     stack = stack.view(U, R, H, m, D).transpose(1, 2).reshape(U, H, R * m, D)     # (U, H, R·m, D)
-    o, lse = attend(stack, keys, values, bias.to(q.dtype), scale, dead=dead)
+    o, lse = attend(stack, keys, values, bias.to(q.dtype), scale, dead=dead)  # a no-op once `attend` cast it
     o = o.view(U, H, R, m, D).transpose(1, 2).reshape(U * R, H, m, D)[slot]      # (B, H, m, D)
     return o, lse.view(U, H, R, m).transpose(1, 2).reshape(U * R, H, m)[slot]
 
