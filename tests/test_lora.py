@@ -151,7 +151,7 @@ def test_the_adapter_finds_its_base_from_any_working_directory(tmp_path, monkeyp
     (["--merge-lora"], "--merge-lora needs --lora-r"),
     (["--lora-alpha", "8"], "--lora-alpha needs --lora-r"),
     (["--lora-r", "4", "--lora-dropout", "1"], "--lora-dropout must be >= 0 and < 1, not 1.0"),
-    (["--lora-r", "4", "--sampler", "compiled"], "--sampler compiled runs a plain Qwen2's weights"),
+    (["--lora-r", "4", "--sampler", "compiled"], "--sampler compiled runs a plain Qwen2's or Llama's weights, not LoRA's"),
 ])
 def test_bad_lora_flags_name_the_flag(argv, said, capsys):
     with pytest.raises(SystemExit):

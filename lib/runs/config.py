@@ -423,7 +423,7 @@ def check_args(p, a, check_episode):
     if (a.merge_lora or a.lora_alpha is not None) and not a.lora_r:
         p.error(f"--{'merge-lora' if a.merge_lora else 'lora-alpha'} needs --lora-r")
     if a.lora_r and a.sampler == "compiled":
-        p.error("--sampler compiled runs a plain Qwen2's weights, not LoRA's: with --lora-r use cached or generate")
+        p.error("--sampler compiled runs a plain Qwen2's or Llama's weights, not LoRA's: with --lora-r use cached or generate")
     a.lora_alpha = 2.0 * a.lora_r if a.lora_alpha is None else a.lora_alpha
     if a.report_to != "none" and importlib.util.find_spec(a.report_to) is None:  # the package is the module
         p.error(f"--report-to {a.report_to}: {a.report_to} is not installed (pip install {a.report_to})")
