@@ -17,8 +17,10 @@ from test_rollout import EchoSim, calling, world
 @pytest.mark.slow  # compiles the step (~40 s on a loaded 2-core machine, seconds once cached on disk)
 def test_compiled_steps_match_the_forward_in_one_graph(monkeypatch):
     """Two turns of rows stopping at different steps (7 rows down to 1, the cache full every 3
-    ids), three layers: greedy ids equal, log-probs within 1e-5, and no step compiles a second graph."""
+    ids), three layers: greedy ids equal, log-probs within 1e-5, and no step compiles a second graph.
+    The prefixes shared (the path SmolLM2's size takes: lib.sampling.sampler.pays)."""
     monkeypatch.setattr(sampler, "ROOM", 3)
+    monkeypatch.setattr(sampler, "SHARE_BYTES", 0)
     monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
     tok = tokenizer()
     model = tiny.build_model(tok, seed=1, hidden=32, layers=3, heads=2).eval()  # three layers: one compiled region

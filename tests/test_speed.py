@@ -26,6 +26,16 @@ def test_both_samplers_at_toy_size():
     assert all(r[-1] == "yes" for r in table)                                                    # greedy ids equal
 
 
+def test_the_size_rule_both_ways_at_toy_size():
+    """`--rule`: both ways timed, the bytes `pays` weighs (2 prompts x G = 2, hidden 32, 1 layer, 2 heads: one
+    kv head of 16 floats, 128 bytes an id's keys and values; 1 other row a prompt reads its prefix again)."""
+    out = speed("--rule", "--models", "tiny", "--rounds", "1", "--prompts", "2", "--group-size", "2", "--ids", "3")
+    line, = [x for x in out.splitlines() if x.startswith("tiny:")]
+    assert "shared / one block" in line and line.endswith("the rule picks one block (SHARE_BYTES 4 MiB)")
+    lo, hi = map(int, line.split(" ids x G=")[0].split("of ")[1].split("-"))
+    assert f"saves {128 * (lo - 1 + hi - 1) / 2**20:.2f} MiB" in line
+
+
 def test_split_reads_a_runs_step_times(tmp_path):
     with open(tmp_path / "metrics.jsonl", "w") as f:
         for t in (1.0, 3.0, 2.0):

