@@ -188,8 +188,7 @@ def main():
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=512, help="response budget per rollout")
     p.add_argument("--max-turns", type=int, default=4, help="turn cap of the multi-turn workload")
-    p.add_argument("--rule", action="store_true", help="instead: the shared prefix's size rule, both ways on fixed "
-                   "work (`rule`: --models, or SmolLM2 with --smol)")
+    p.add_argument("--rule", action="store_true", help="instead: the prefix's size rule both ways (`rule`; --smol: SmolLM2)")
     a = p.parse_args()
     torch.set_num_threads(1)
     if a.split:
