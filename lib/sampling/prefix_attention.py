@@ -1,5 +1,6 @@
 """Shared-prefix attention (cascade attention, Hydragen: Juravsky et al., 2024) for lib/sampling/sampler.py:
-the G rollouts of a prompt keep its keys and values once, not G times.
+the G rollouts of a prompt keep its keys and values once, not G times (where that saves enough:
+lib.sampling.sampler.pays, the size rule).
 
 A row's attention splits over two blocks of keys: its group's prefix (the prompt, stored once per
 group) and its own columns (what the row fed since). Each block gives a partial result, the
