@@ -56,7 +56,7 @@ from lib.sampling.prefix_attention import Shared, installed
 
 ROOM = 256  # KV columns allocated at a time for the ids a batch samples (a full cache grows by this much)
 SHARE_BYTES = 4 << 20  # share a turn's prefixes when that saves 4 MiB of keys and values a layer and step (`pays`;
-                       # docs/speed.md "size rule": below 1.5 MiB slower shared, 3-6 MiB even, 10.7-11.8 MiB faster)
+                       # docs/speed.md "size rule", idle: below 3 MiB 6-17% slower shared, 3-6 MiB even, 11-12 MiB faster)
 
 
 class Slots(DynamicLayer):
