@@ -56,7 +56,7 @@ from lib.sampling.prefix_attention import Shared, installed
 
 ROOM = 256  # KV columns allocated at a time for the ids a batch samples (a full cache grows by this much)
 SHARE_BYTES = 4 << 20  # share a turn's prefixes when that saves 4 MiB of keys and values a layer and step (`pays`;
-                       # docs/speed.md "size rule", idle: below 3 MiB 6-17% slower shared, 3-6 MiB even, 11-12 MiB faster)
+# docs/speed.md "The shared prefix's size rule", idle: below 3 MiB 6-17% slower shared, 3-6 even, 11-12 faster)
 
 
 class Slots(DynamicLayer):
