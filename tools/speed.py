@@ -134,10 +134,11 @@ def rule(shapes, rounds, prompts, group, ids, gguf=None):
     real = sampler.SHARE_BYTES
     for name, (model, tok, dtype) in models.items():
         seqs = [rollout.prompt_ids(tok, t) for t in world for _ in range(group)]
-        cfg = model.config
-        D = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        size = 2 * cfg.num_key_value_heads * D * torch.tensor([], dtype=getattr(torch, dtype)).element_size()
-        saved = sum((r - 1) * (len(s) - 1) * size for s, r in Counter(map(tuple, seqs)).items())
+        fresh = list(dict.fromkeys(tuple(s[:-1]) for s in seqs))           # each group's prefix, as `sample` keeps it
+        with torch.no_grad(), cast_once(model, dtype), autocast(dtype, "cpu"):
+            prefixes = sampler.prefill(model, [list(f) for f in fresh], getattr(torch, dtype))
+        readers = Counter(fresh.index(tuple(s[:-1])) for s in seqs)
+        saved, picks = sampler.saved(prefixes, readers), sampler.pays(prefixes, readers, real)
         wall, cpu = {"shared": [], "one block": []}, {"shared": [], "one block": []}
         try:
             for rnd in range(rounds):
@@ -156,7 +157,7 @@ def rule(shapes, rounds, prompts, group, ids, gguf=None):
               f"{ids} ids a row, {dtype}: sharing saves {saved / 2**20:.2f} MiB a layer and step; shared / one block "
               f"{w['shared']:.2f} / {w['one block']:.2f} s wall ({w['shared'] / w['one block']:.2f}), {c['shared']:.2f} / "
               f"{c['one block']:.2f} s CPU ({c['shared'] / c['one block']:.2f}), medians of {rounds}; the rule picks "
-              f"{'shared' if saved >= real else 'one block'} (SHARE_BYTES {real / 2**20:g} MiB)", flush=True)
+              f"{'shared' if picks else 'one block'} (SHARE_BYTES {real / 2**20:g} MiB)", flush=True)
 
 
 def split(runs):

@@ -194,15 +194,20 @@ def prefill(model, prompts, dtype):
     return Prefixes([x.k for x in cache.layers], [x.v for x in cache.layers], torch.tensor(n, device=device))
 
 
-def pays(prefixes, readers, least):
-    """The size rule: whether the G rows of a prompt read its prefix stored once (two attention blocks
-    a layer, merged) rather than each from its own columns (one block). `readers` {u: rows reading
-    prefix u}. Sharing saves re-reading (rows - 1) copies of each prefix's keys and values at every
-    layer and step, and costs a second attention call and a merge a layer: it pays when the bytes
-    saved a layer and step are at least `least` (SHARE_BYTES)."""
+def saved(prefixes, readers):
+    """The bytes of keys and values a layer and step that storing each prefix once saves: `readers`
+    {u: rows reading prefix u}, each prefix re-read by (rows - 1) rows fewer."""
     k = prefixes.keys[0]                                                     # (U, H, P, D)
     per_id = 2 * k.shape[1] * k.shape[3] * k.element_size()                  # one id's keys and values a layer
-    return sum((r - 1) * int(prefixes.n[u]) for u, r in readers.items()) * per_id >= least
+    return sum((r - 1) * int(prefixes.n[u]) for u, r in readers.items()) * per_id
+
+
+def pays(prefixes, readers, least):
+    """The size rule: whether the G rows of a prompt read its prefix stored once (two attention blocks
+    a layer, merged) rather than each from its own columns (one block). Sharing saves `saved` bytes a
+    layer and step, and costs a second attention call and a merge a layer: it pays when those bytes are
+    at least `least` (SHARE_BYTES)."""
+    return saved(prefixes, readers) >= least
 
 
 def unshared(prefixes):
